@@ -1,0 +1,47 @@
+"""Types of the C extension `codemode_host._quickjs` (source: host/engine/_quickjs.c)."""
+
+from typing import Final
+
+QUICKJS_VERSION: Final[str]
+MAX_STACK_LIMIT: Final[int]
+DEFAULT_STACK_LIMIT: Final[int]
+
+EV_STARTED: Final[int]
+EV_TEXT: Final[int]
+EV_IMAGE: Final[int]
+EV_NOTIFY: Final[int]
+EV_TOOL_CALL: Final[int]
+EV_STORE: Final[int]
+EV_YIELD: Final[int]
+EV_TIMER_SET: Final[int]
+EV_TIMER_CLEAR: Final[int]
+EV_FINISHED: Final[int]
+
+OUTCOME_OK: Final[int]
+OUTCOME_ERROR: Final[int]
+OUTCOME_INTERRUPTED: Final[int]
+
+RawEvent = tuple[int, int, int, int, str | bytes | None, str | bytes | None]
+
+class EngineClosedError(RuntimeError): ...
+
+class Cell:
+    @property
+    def key(self) -> int | None: ...
+    def settle_tool(self, call_id: int, ok: bool, payload: bytes, /) -> None: ...
+    def fire_timer(self, timer_id: int, /) -> None: ...
+    def interrupt(self) -> None: ...
+    def close(self) -> None: ...
+
+class Engine:
+    def __init__(self, workers: int, prelude: bytes, max_workers: int) -> None: ...
+    @property
+    def live_cells(self) -> int: ...
+    @property
+    def worker_threads(self) -> int: ...
+    def start_cell(
+        self, key: int, source: bytes, config: bytes, heap_limit: int, stack_limit: int
+    ) -> Cell: ...
+    def drain(self) -> list[RawEvent]: ...
+    def fileno(self) -> int: ...
+    def close(self) -> None: ...

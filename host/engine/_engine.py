@@ -1,0 +1,230 @@
+"""The trio side of the engine: one collector task, and a handle per cell.
+
+`open_engine()` starts the extension's worker threads and a single trio task that waits on the
+extension's eventfd, drains the events of all cells in one batch and hands each cell its own.
+A cell task then loops on `await cell.next_events()` and answers with the non-blocking
+`settle_tool_call`, `reject_tool_call`, `fire_timer` and `interrupt` (DESIGN section 2,
+"Engine threads"): no thread hand-off per JavaScript turn.
+
+Resource handling: each `EngineCell` owns a QuickJS runtime until `close()` (or the end of a
+`with` block); `open_engine` closes the engine on exit, which interrupts every cell still
+running and joins the worker threads, shielded from cancellation.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import NoReturn
+
+import msgspec
+import trio
+
+from .. import _quickjs
+from ._events import CellEvent, decode_event
+
+EngineClosedError = _quickjs.EngineClosedError
+MAX_STACK_LIMIT = _quickjs.MAX_STACK_LIMIT
+DEFAULT_STACK_LIMIT = _quickjs.DEFAULT_STACK_LIMIT
+
+DEFAULT_MAX_WORKERS = 64
+"""Worker threads the engine may grow to while cells that compute for long hold the others."""
+
+_PRELUDE = Path(__file__).with_name("prelude.js").read_bytes()
+
+
+class CellTool(msgspec.Struct, frozen=True):
+    """A nested tool as a cell sees it: `tools[name]` and its `ALL_TOOLS` entry.
+
+    Parameters:
+        name: the JavaScript identifier (already normalised by the caller).
+        description: the text shown in `ALL_TOOLS`.
+    """
+
+    name: str
+    description: str = ""
+
+
+class _CellConfig(msgspec.Struct, frozen=True):
+    tools: Sequence[CellTool]
+    stored: Mapping[str, str]
+
+
+_encode_config = msgspec.json.Encoder().encode
+
+
+class EngineCell:
+    """One running cell: submit work to it, collect its events.
+
+    Only `Engine.start_cell` creates these. Every method returns at once; the work runs on
+    an engine worker. After `Finished` the cell ignores further work; after `close()` its
+    methods raise `EngineClosedError`.
+    """
+
+    def __init__(self, native: _quickjs.Cell, engine: Engine) -> None:
+        self._native = native
+        self._engine = engine
+        self._pending: list[CellEvent] = []
+        self._wakeup: trio.Event | None = None
+        key = native.key
+        assert key is not None, "a fresh cell always has its key"
+        self.key: int = key
+
+    def _deliver(self, event: CellEvent) -> None:
+        self._pending.append(event)
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    async def next_events(self) -> list[CellEvent]:
+        """Wait until the cell has published something; return everything it has published."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        while not self._pending:
+            self._wakeup = trio.Event()
+            await self._wakeup.wait()
+            self._wakeup = None
+        events, self._pending = self._pending, []
+        return events
+
+    def settle_tool_call(self, call_id: int, result_json: bytes) -> None:
+        """Resolve the promise of tool call `call_id` with the value of `result_json`."""
+        self._native.settle_tool(call_id, True, result_json)
+
+    def reject_tool_call(self, call_id: int, error_text: str) -> None:
+        """Reject the promise of tool call `call_id` with the plain string `error_text`."""
+        self._native.settle_tool(call_id, False, error_text.encode())
+
+    def fire_timer(self, timer_id: int) -> None:
+        """Run the callback of timer `timer_id`, unless it was cleared."""
+        self._native.fire_timer(timer_id)
+
+    def interrupt(self) -> None:
+        """Stop the cell's JavaScript, running or idle; it then reports `Outcome.INTERRUPTED`."""
+        self._native.interrupt()
+
+    def close(self) -> None:
+        """Interrupt the cell if needed and free its runtime. Idempotent."""
+        self._engine._forget(self.key)
+        self._native.close()
+
+    def __enter__(self) -> EngineCell:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Engine:
+    """The engine's worker threads and the event collector; made by `open_engine()`."""
+
+    def __init__(self, native: _quickjs.Engine) -> None:
+        self._native = native
+        self._cells: dict[int, EngineCell] = {}
+        self._next_key = 1
+
+    @property
+    def live_cells(self) -> int:
+        """Cells whose runtime is not yet freed (a leak check for tests)."""
+        return self._native.live_cells
+
+    @property
+    def worker_threads(self) -> int:
+        """Native worker threads started so far (the pool grows when cells starve)."""
+        return self._native.worker_threads
+
+    def start_cell(
+        self,
+        source: str,
+        *,
+        tools: Sequence[CellTool] = (),
+        stored_values: Mapping[str, bytes] | None = None,
+        heap_limit: int | None = None,
+        stack_limit: int | None = None,
+    ) -> EngineCell:
+        """Create a cell and queue its start; its events follow through `next_events`.
+
+        Args:
+            source: the cell's JavaScript, evaluated as an ES module.
+            tools: the nested tools, in `ALL_TOOLS` order.
+            stored_values: what `load` sees at the start, each value as JSON text.
+            heap_limit: bytes the cell's runtime may allocate (None: no limit).
+            stack_limit: bytes of JS stack (None: `DEFAULT_STACK_LIMIT`; at most
+                `MAX_STACK_LIMIT`).
+
+        Raises:
+            ValueError: a limit out of range.
+            EngineClosedError: the engine is closed.
+        """
+        if heap_limit is not None and heap_limit <= 0:
+            raise ValueError(f"heap_limit must be a positive number of bytes, got {heap_limit}")
+        if stack_limit is not None and not 0 < stack_limit <= MAX_STACK_LIMIT:
+            raise ValueError(
+                f"stack_limit must be between 1 and {MAX_STACK_LIMIT} bytes, got {stack_limit}"
+            )
+        stored = {key: value.decode() for key, value in (stored_values or {}).items()}
+        config = _encode_config(_CellConfig(tools=tools, stored=stored))
+        key = self._next_key
+        self._next_key += 1
+        native = self._native.start_cell(
+            key, source.encode(errors="surrogatepass"), config, heap_limit or 0, stack_limit or 0
+        )
+        cell = EngineCell(native, self)
+        self._cells[key] = cell
+        return cell
+
+    def _forget(self, key: int) -> None:
+        self._cells.pop(key, None)
+
+    def _dispatch(self, raw_events: list[_quickjs.RawEvent]) -> None:
+        cells = self._cells
+        for key, kind, n1, n2, a, b in raw_events:
+            cell = cells.get(key)
+            if cell is not None:
+                cell._deliver(decode_event(kind, n1, n2, a, b))
+
+    async def _collect(self) -> NoReturn:
+        fd = self._native.fileno()
+        while True:
+            await trio.lowlevel.wait_readable(fd)
+            self._dispatch(self._native.drain())
+
+
+def default_workers() -> int:
+    """One worker per core this process may run on."""
+    return len(os.sched_getaffinity(0)) or 1
+
+
+@asynccontextmanager
+async def open_engine(
+    *, workers: int | None = None, max_workers: int = DEFAULT_MAX_WORKERS
+) -> AsyncIterator[Engine]:
+    """Start the engine's worker threads and its event collector for the block's duration.
+
+    Args:
+        workers: native worker threads to start with (default: one per core).
+        max_workers: the most the pool grows to when every worker is held by a cell that
+            computes for long and other cells wait (QuickJS cannot preempt a turn).
+
+    Resource handling: on exit, every cell still running is interrupted and the worker
+    threads are joined (shielded: a cancelled block still waits for the threads).
+    """
+    workers = workers or default_workers()
+    native = _quickjs.Engine(workers, _PRELUDE, max(max_workers, workers))
+    engine = Engine(native)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(engine._collect)
+            try:
+                yield engine
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(native.close)

@@ -1,0 +1,145 @@
+"""The events a cell publishes while it runs, as the engine hands them to the runtime.
+
+Each event is a frozen `msgspec.Struct`; `decode_event` turns one raw tuple of the C extension
+into one of them. Events of one cell arrive in the order the cell made them. A cell publishes
+`Started` once its globals are installed (before its source is compiled) and `Finished` last,
+exactly once, unless it is closed first.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+from .. import _quickjs
+
+
+class Outcome(enum.Enum):
+    """How a cell's JavaScript ended."""
+
+    OK = _quickjs.OUTCOME_OK
+    """The module promise fulfilled, or the cell called `exit()`."""
+    ERROR = _quickjs.OUTCOME_ERROR
+    """The module promise rejected, or a timer callback or the cell's set-up threw."""
+    INTERRUPTED = _quickjs.OUTCOME_INTERRUPTED
+    """`interrupt()` or `close()` stopped it; never reported as a JS error."""
+
+
+class Started(msgspec.Struct, frozen=True):
+    """The cell's runtime and globals exist; its source is about to be evaluated."""
+
+
+class TextOutput(msgspec.Struct, frozen=True):
+    """`text(value)` (or the hint of `generatedImage`) appended an output item."""
+
+    text: str
+
+
+class ImageOutput(msgspec.Struct, frozen=True):
+    """`image(...)` or `generatedImage(...)` appended an image item; `detail` is explicit."""
+
+    image_url: str
+    detail: str
+
+
+class Notification(msgspec.Struct, frozen=True):
+    """`notify(value)`: text for the host, out of band."""
+
+    text: str
+
+
+class ToolCallRequested(msgspec.Struct, frozen=True):
+    """`tools.<name>(input)`: the cell awaits `settle_tool_call` or `reject_tool_call`.
+
+    Parameters:
+        call_id: counted per cell from 1; the reference calls it `tool-<call_id>`.
+        tool_index: index into the tools the cell was started with.
+        input_json: JSON text of the first argument, or None when there was none or its
+            JSON form is `undefined`.
+    """
+
+    call_id: int
+    tool_index: int
+    input_json: bytes | None
+
+
+class StoredValueWritten(msgspec.Struct, frozen=True):
+    """`store(key, value)`: the value as JSON text."""
+
+    key: str
+    value_json: bytes
+
+
+class YieldRequested(msgspec.Struct, frozen=True):
+    """`yield_control()`."""
+
+
+class TimerStarted(msgspec.Struct, frozen=True):
+    """`setTimeout(...)`: call `fire_timer(timer_id)` after `delay_ms` milliseconds."""
+
+    timer_id: int
+    delay_ms: int
+
+
+class TimerCleared(msgspec.Struct, frozen=True):
+    """`clearTimeout(timer_id)` removed a pending timer; firing it now would do nothing."""
+
+    timer_id: int
+
+
+class Finished(msgspec.Struct, frozen=True):
+    """The cell's JavaScript is over; `error_text` is set exactly when the outcome is ERROR."""
+
+    outcome: Outcome
+    error_text: str | None
+
+
+CellEvent = (
+    Started
+    | TextOutput
+    | ImageOutput
+    | Notification
+    | ToolCallRequested
+    | StoredValueWritten
+    | YieldRequested
+    | TimerStarted
+    | TimerCleared
+    | Finished
+)
+
+
+def decode_event(
+    kind: int, n1: int, n2: int, a: str | bytes | None, b: str | bytes | None
+) -> CellEvent:
+    """Build the typed event from the fields of one raw event of the extension."""
+    match kind:
+        case _quickjs.EV_TEXT:
+            assert isinstance(a, str)
+            return TextOutput(a)
+        case _quickjs.EV_TOOL_CALL:
+            assert a is None or isinstance(a, bytes)
+            return ToolCallRequested(n1, n2, a)
+        case _quickjs.EV_STARTED:
+            return Started()
+        case _quickjs.EV_IMAGE:
+            assert isinstance(a, str)
+            assert isinstance(b, str)
+            return ImageOutput(a, b)
+        case _quickjs.EV_NOTIFY:
+            assert isinstance(a, str)
+            return Notification(a)
+        case _quickjs.EV_STORE:
+            assert isinstance(a, str)
+            assert isinstance(b, bytes)
+            return StoredValueWritten(a, b)
+        case _quickjs.EV_YIELD:
+            return YieldRequested()
+        case _quickjs.EV_TIMER_SET:
+            return TimerStarted(n1, n2)
+        case _quickjs.EV_TIMER_CLEAR:
+            return TimerCleared(n1)
+        case _quickjs.EV_FINISHED:
+            assert a is None or isinstance(a, str)
+            return Finished(Outcome(n1), a)
+    raise ValueError(f"unknown engine event kind {kind}")

@@ -1,0 +1,1559 @@
+/*
+ * codemode_host._quickjs: our binding of the QuickJS-ng engine (DESIGN section 2).
+ *
+ * What this file owns:
+ * - a pool of native worker threads that run JavaScript without the GIL;
+ * - cells: one JSRuntime + JSContext each, with a heap limit, a stack limit and an interrupt
+ *   flag, driven by commands (start, settle a tool call, fire a timer, wake, close);
+ * - one event queue shared by all cells, signalled through an eventfd that a single trio task
+ *   waits on; events are published the moment a cell's native hook makes them, so a cell that
+ *   prints and then spins has its output visible while it spins.
+ *
+ * Rules:
+ * 1. A cell runs on at most one worker at a time: a cell is in the run queue, or being run, or
+ *    idle, and `scheduled` says which under `engine.lock`. Every turn starts with
+ *    JS_UpdateStackTop, because the next turn may run on another worker.
+ * 2. Python never runs JavaScript and workers never touch Python objects: commands carry
+ *    malloc'd copies of their data in, events carry malloc'd copies out.
+ * 3. `interrupt` needs neither a worker nor the GIL: it sets an atomic flag that the interrupt
+ *    handler reads, and queues a wake-up so an idle cell reports the interrupt too.
+ * 4. A cell reports exactly one EV_FINISHED (ok, error or interrupted); after it, commands other
+ *    than close are dropped. A closed cell never reports anything.
+ * 5. QuickJS cannot preempt a running turn, so a cell that computes forever holds its worker
+ *    until interrupted. A monitor thread grows the pool (up to max_workers) whenever queued
+ *    work has waited STARVATION_NS with every worker busy and no turn completing: spinning
+ *    cells never starve the others.
+ * 6. Strings leave the engine as well-formed UTF-8: a lone surrogate becomes U+FFFD, in raw
+ *    text and in JSON escapes alike (engine-notes 1.7).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "quickjs.h"
+
+#define MODULE_NAME "exec_main.mjs"
+#define EXIT_SENTINEL "__codex_code_mode_exit__"
+#define WORKER_STACK_SIZE ((size_t)64 << 20)
+/* Room kept between the JS stack limit and the end of the worker's stack, for the binding's
+   frames and native code that runs between two stack checks. */
+#define STACK_MARGIN ((size_t)4 << 20)
+#define DEFAULT_JS_STACK ((size_t)8 << 20)
+#define STARVATION_NS 10000000L
+
+/* ---------------------------------------------------------------------------------------- */
+/* Commands and events                                                                      */
+
+enum command_kind { CMD_START, CMD_SETTLE_TOOL, CMD_FIRE_TIMER, CMD_WAKE, CMD_CLOSE };
+
+typedef struct command {
+    struct command *next;
+    int kind;
+    int64_t id;
+    int ok;
+    char *data; /* NUL-terminated at data[len] */
+    size_t len;
+    char *data2;
+    size_t len2;
+} command_t;
+
+enum event_kind {
+    EV_STARTED = 1,
+    EV_TEXT,
+    EV_IMAGE,
+    EV_NOTIFY,
+    EV_TOOL_CALL,
+    EV_STORE,
+    EV_YIELD,
+    EV_TIMER_SET,
+    EV_TIMER_CLEAR,
+    EV_FINISHED,
+};
+
+enum outcome { OUTCOME_OK = 0, OUTCOME_ERROR = 1, OUTCOME_INTERRUPTED = 2 };
+
+typedef struct event {
+    int64_t key;
+    int kind;
+    int64_t n1, n2;
+    char *a;
+    size_t alen;
+    char *b;
+    size_t blen;
+} event_t;
+
+typedef struct engine engine_t;
+
+typedef struct cell {
+    atomic_int refs;
+    engine_t *engine;
+    int64_t key;
+    atomic_int interrupt;
+
+    /* Guarded by engine->lock. */
+    command_t *cmd_head, *cmd_tail;
+    bool scheduled;
+    bool close_queued;
+    struct cell *run_next;
+    struct cell *live_prev, *live_next;
+
+    /* Owned by whichever worker runs the cell's turn. */
+    JSRuntime *rt;
+    JSContext *ctx;
+    JSValue module_promise;
+    JSValue dispatch;
+    bool finished;
+    bool exit_requested;
+    size_t heap_limit;
+    size_t heap_used;
+    bool heap_enforced;
+    bool heap_exhausted;
+    size_t stack_limit;
+} cell_t;
+
+struct engine {
+    pthread_mutex_t lock;
+    pthread_cond_t work;
+    cell_t *rq_head, *rq_tail;
+    cell_t *live;
+    Py_ssize_t live_count;
+    bool stopping;
+    bool joined;
+    pthread_t *threads; /* max_workers slots */
+    int nthreads;
+    int max_workers;
+    int idle;
+    uint64_t turns_completed;
+    pthread_cond_t starved;
+    pthread_t monitor;
+    bool monitor_started;
+
+    int efd;
+    atomic_int signalled;
+    pthread_mutex_t ev_lock;
+    event_t *events;
+    size_t nevents, cap_events;
+
+    char *prelude;
+    size_t prelude_len;
+};
+
+static void free_command(command_t *cmd)
+{
+    free(cmd->data);
+    free(cmd->data2);
+    free(cmd);
+}
+
+static void free_commands(command_t *cmd)
+{
+    while (cmd) {
+        command_t *next = cmd->next;
+        free_command(cmd);
+        cmd = next;
+    }
+}
+
+static void free_event(event_t *ev)
+{
+    free(ev->a);
+    free(ev->b);
+}
+
+/* Appends an event and wakes the collector unless a wake-up is already pending. Takes
+   ownership of a and b. */
+static void push_event(engine_t *e, int64_t key, int kind, int64_t n1, int64_t n2, char *a,
+                       size_t alen, char *b, size_t blen)
+{
+    pthread_mutex_lock(&e->ev_lock);
+    if (e->nevents == e->cap_events) {
+        size_t cap = e->cap_events ? e->cap_events * 2 : 64;
+        event_t *grown = realloc(e->events, cap * sizeof(event_t));
+        if (!grown) {
+            /* Out of process memory: losing this event is all we can do. */
+            pthread_mutex_unlock(&e->ev_lock);
+            free(a);
+            free(b);
+            return;
+        }
+        e->events = grown;
+        e->cap_events = cap;
+    }
+    e->events[e->nevents++] = (event_t){key, kind, n1, n2, a, alen, b, blen};
+    pthread_mutex_unlock(&e->ev_lock);
+    if (!atomic_exchange(&e->signalled, 1)) {
+        uint64_t one = 1;
+        ssize_t r;
+        do {
+            r = write(e->efd, &one, sizeof(one));
+        } while (r < 0 && errno == EINTR);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Text across the boundary                                                                 */
+
+static char *dup_bytes(const char *s, size_t len)
+{
+    char *copy = malloc(len + 1);
+    if (!copy)
+        return NULL;
+    memcpy(copy, s, len);
+    copy[len] = '\0';
+    return copy;
+}
+
+/* QuickJS encodes a lone surrogate as the 3-byte sequence ED A0..BF xx; U+FFFD is also three
+   bytes (EF BF BD), so the replacement is done in place. */
+static void replace_lone_surrogates(char *s, size_t len)
+{
+    for (size_t i = 0; i + 2 < len; i++) {
+        if ((unsigned char)s[i] == 0xED && ((unsigned char)s[i + 1] & 0xE0) == 0xA0) {
+            s[i] = (char)0xEF;
+            s[i + 1] = (char)0xBF;
+            s[i + 2] = (char)0xBD;
+            i += 2;
+        }
+    }
+}
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static int read_u_escape(const char *s, size_t len, size_t i)
+{
+    /* The value of the \uXXXX escape at s[i], or -1 if there is none. */
+    if (i + 6 > len || s[i] != '\\' || s[i + 1] != 'u')
+        return -1;
+    int v = 0;
+    for (int k = 2; k < 6; k++) {
+        int h = hex_value(s[i + k]);
+        if (h < 0)
+            return -1;
+        v = v * 16 + h;
+    }
+    return v;
+}
+
+/* JSON.stringify escapes a lone surrogate as \udXXX, which strict JSON decoders refuse; rewrite
+   each such escape (not part of a high+low pair) to \ufffd, same length, in place. */
+static void replace_lone_surrogate_escapes(char *s, size_t len)
+{
+    size_t i = 0;
+    while (i < len) {
+        if (s[i] != '\\' || i + 1 >= len) {
+            i++;
+            continue;
+        }
+        if (s[i + 1] != 'u' || i + 6 > len) {
+            i += 2;
+            continue;
+        }
+        int v = read_u_escape(s, len, i);
+        if (v >= 0xD800 && v <= 0xDBFF && i + 12 <= len) {
+            int low = read_u_escape(s, len, i + 6);
+            if (low >= 0xDC00 && low <= 0xDFFF) {
+                i += 12;
+                continue;
+            }
+        }
+        if (v >= 0xD800 && v <= 0xDFFF)
+            memcpy(s + i + 2, "fffd", 4);
+        i += 6;
+    }
+}
+
+/* A malloc'd, well-formed UTF-8 copy of a JS value's string conversion, or NULL (with a JS
+   exception pending) if the conversion throws. */
+static char *to_utf8(JSContext *ctx, JSValueConst value, size_t *len)
+{
+    size_t n;
+    const char *s = JS_ToCStringLen(ctx, &n, value);
+    if (!s)
+        return NULL;
+    char *copy = dup_bytes(s, n);
+    JS_FreeCString(ctx, s);
+    if (!copy) {
+        JS_ThrowOutOfMemory(ctx);
+        return NULL;
+    }
+    replace_lone_surrogates(copy, n);
+    *len = n;
+    return copy;
+}
+
+static char *to_json_utf8(JSContext *ctx, JSValueConst value, size_t *len)
+{
+    char *s = to_utf8(ctx, value, len);
+    if (s)
+        replace_lone_surrogate_escapes(s, *len);
+    return s;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The cell's heap: our allocator enforces the limit, so we know when it was hit.          */
+
+static void *cell_calloc(void *opaque, size_t count, size_t size)
+{
+    cell_t *c = opaque;
+    if (size && count > SIZE_MAX / size)
+        return NULL;
+    if (c->heap_enforced && c->heap_limit && c->heap_used + count * size > c->heap_limit) {
+        c->heap_exhausted = true;
+        return NULL;
+    }
+    void *p = calloc(count, size);
+    if (p)
+        c->heap_used += malloc_usable_size(p);
+    return p;
+}
+
+static void *cell_malloc(void *opaque, size_t size)
+{
+    cell_t *c = opaque;
+    if (c->heap_enforced && c->heap_limit && c->heap_used + size > c->heap_limit) {
+        c->heap_exhausted = true;
+        return NULL;
+    }
+    void *p = malloc(size);
+    if (p)
+        c->heap_used += malloc_usable_size(p);
+    return p;
+}
+
+static void cell_free(void *opaque, void *ptr)
+{
+    cell_t *c = opaque;
+    if (!ptr)
+        return;
+    c->heap_used -= malloc_usable_size(ptr);
+    free(ptr);
+}
+
+static void *cell_realloc(void *opaque, void *ptr, size_t size)
+{
+    cell_t *c = opaque;
+    size_t old = ptr ? malloc_usable_size(ptr) : 0;
+    if (size > old && c->heap_enforced && c->heap_limit &&
+        c->heap_used - old + size > c->heap_limit) {
+        c->heap_exhausted = true;
+        return NULL;
+    }
+    void *p = realloc(ptr, size);
+    if (p) {
+        c->heap_used -= old;
+        c->heap_used += malloc_usable_size(p);
+    } else if (size == 0) {
+        c->heap_used -= old;
+    }
+    return p;
+}
+
+static size_t cell_usable_size(const void *ptr)
+{
+    return malloc_usable_size((void *)ptr);
+}
+
+static const JSMallocFunctions cell_malloc_functions = {
+    cell_calloc, cell_malloc, cell_free, cell_realloc, cell_usable_size,
+};
+
+/* ---------------------------------------------------------------------------------------- */
+/* Engine hooks installed in every runtime                                                  */
+
+static int interrupt_handler(JSRuntime *rt, void *opaque)
+{
+    cell_t *c = opaque;
+    (void)rt;
+    return atomic_load_explicit(&c->interrupt, memory_order_relaxed);
+}
+
+static char *refuse_import(JSContext *ctx, const char *base, const char *name, void *opaque)
+{
+    (void)base;
+    (void)opaque;
+    size_t n = strlen(name);
+    char *message = malloc(n + 64);
+    if (!message) {
+        JS_ThrowOutOfMemory(ctx);
+        return NULL;
+    }
+    int len = snprintf(message, n + 64, "Unsupported import in exec: %s", name);
+    JS_Throw(ctx, JS_NewStringLen(ctx, message, (size_t)len));
+    free(message);
+    return NULL;
+}
+
+static JSModuleDef *never_load(JSContext *ctx, const char *name, void *opaque)
+{
+    (void)opaque;
+    JS_ThrowInternalError(ctx, "module %s cannot be loaded", name);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Native hooks the prelude closes over (never reachable from cell code)                   */
+
+enum hook {
+    HOOK_TEXT,
+    HOOK_IMAGE,
+    HOOK_NOTIFY,
+    HOOK_TOOL_CALL,
+    HOOK_STORE,
+    HOOK_YIELD,
+    HOOK_TIMER_SET,
+    HOOK_TIMER_CLEAR,
+    HOOK_EXIT,
+};
+
+static JSValue native_hook(JSContext *ctx, JSValueConst this_val, int argc, JSValueConst *argv,
+                           int magic)
+{
+    (void)this_val;
+    cell_t *c = JS_GetRuntimeOpaque(JS_GetRuntime(ctx));
+    engine_t *e = c->engine;
+    JSValueConst arg0 = argc > 0 ? argv[0] : JS_UNDEFINED;
+    JSValueConst arg1 = argc > 1 ? argv[1] : JS_UNDEFINED;
+    JSValueConst arg2 = argc > 2 ? argv[2] : JS_UNDEFINED;
+    char *a = NULL, *b = NULL;
+    size_t alen = 0, blen = 0;
+    int64_t n1 = 0, n2 = 0;
+
+    switch (magic) {
+    case HOOK_TEXT:
+    case HOOK_NOTIFY:
+        if (!(a = to_utf8(ctx, arg0, &alen)))
+            return JS_EXCEPTION;
+        push_event(e, c->key, magic == HOOK_TEXT ? EV_TEXT : EV_NOTIFY, 0, 0, a, alen, NULL, 0);
+        break;
+    case HOOK_IMAGE:
+        if (!(a = to_utf8(ctx, arg0, &alen)))
+            return JS_EXCEPTION;
+        if (!(b = to_utf8(ctx, arg1, &blen))) {
+            free(a);
+            return JS_EXCEPTION;
+        }
+        push_event(e, c->key, EV_IMAGE, 0, 0, a, alen, b, blen);
+        break;
+    case HOOK_TOOL_CALL:
+        if (JS_ToInt64(ctx, &n1, arg0) || JS_ToInt64(ctx, &n2, arg1))
+            return JS_EXCEPTION;
+        if (!JS_IsUndefined(arg2) && !(a = to_json_utf8(ctx, arg2, &alen)))
+            return JS_EXCEPTION;
+        push_event(e, c->key, EV_TOOL_CALL, n1, n2, a, alen, NULL, 0);
+        break;
+    case HOOK_STORE:
+        if (!(a = to_utf8(ctx, arg0, &alen)))
+            return JS_EXCEPTION;
+        if (!(b = to_json_utf8(ctx, arg1, &blen))) {
+            free(a);
+            return JS_EXCEPTION;
+        }
+        push_event(e, c->key, EV_STORE, 0, 0, a, alen, b, blen);
+        break;
+    case HOOK_YIELD:
+        push_event(e, c->key, EV_YIELD, 0, 0, NULL, 0, NULL, 0);
+        break;
+    case HOOK_TIMER_SET:
+        if (JS_ToInt64(ctx, &n1, arg0) || JS_ToInt64(ctx, &n2, arg1))
+            return JS_EXCEPTION;
+        push_event(e, c->key, EV_TIMER_SET, n1, n2, NULL, 0, NULL, 0);
+        break;
+    case HOOK_TIMER_CLEAR:
+        if (JS_ToInt64(ctx, &n1, arg0))
+            return JS_EXCEPTION;
+        push_event(e, c->key, EV_TIMER_CLEAR, n1, 0, NULL, 0, NULL, 0);
+        break;
+    case HOOK_EXIT:
+        c->exit_requested = true;
+        break;
+    }
+    return JS_UNDEFINED;
+}
+
+static const char *const hook_names[] = {
+    "text", "image", "notify", "toolCall", "store", "yieldControl", "timerSet", "timerClear",
+    "exit",
+};
+
+/* ---------------------------------------------------------------------------------------- */
+/* Finishing a cell                                                                         */
+
+static char *concat3(const char *a, size_t alen, const char *sep, const char *b, size_t blen,
+                     size_t *len)
+{
+    size_t slen = strlen(sep);
+    char *out = malloc(alen + slen + blen + 1);
+    if (!out)
+        return NULL;
+    memcpy(out, a, alen);
+    memcpy(out + alen, sep, slen);
+    memcpy(out + alen + slen, b, blen);
+    *len = alen + slen + blen;
+    out[*len] = '\0';
+    return out;
+}
+
+/* The text of a thrown value (reference-runtime 3.14). QuickJS stacks hold only frame lines,
+   so an Error's text is built as `String(e)` + newline + stack, as V8 prints it. */
+static char *error_text(JSContext *ctx, JSValueConst value, size_t *len)
+{
+    cell_t *c = JS_GetRuntimeOpaque(JS_GetRuntime(ctx));
+    if (JS_IsNull(value) && c->heap_exhausted)
+        return dup_bytes("InternalError: out of memory", *len = 28);
+    char *head = NULL, *stack = NULL, *text = NULL;
+    size_t head_len = 0, stack_len = 0;
+    if (JS_IsObject(value)) {
+        JSValue s = JS_GetPropertyStr(ctx, value, "stack");
+        if (JS_IsString(s))
+            stack = to_utf8(ctx, s, &stack_len);
+        JS_FreeValue(ctx, s);
+        JS_FreeValue(ctx, JS_GetException(ctx));
+        while (stack_len && stack[stack_len - 1] == '\n')
+            stack[--stack_len] = '\0';
+    }
+    if (stack && !JS_IsError(value)) {
+        *len = stack_len;
+        return stack;
+    }
+    head = to_utf8(ctx, value, &head_len);
+    if (!head) {
+        JS_FreeValue(ctx, JS_GetException(ctx));
+        free(stack);
+        if (c->heap_exhausted)
+            return dup_bytes("InternalError: out of memory", *len = 28);
+        return dup_bytes("[value that cannot be converted to a string]", *len = 44);
+    }
+    if (stack && stack_len) {
+        text = concat3(head, head_len, "\n", stack, stack_len, len);
+        free(head);
+    } else {
+        text = head;
+        *len = head_len;
+    }
+    free(stack);
+    return text;
+}
+
+static void finish(cell_t *c, int outcome, char *text, size_t len)
+{
+    c->finished = true;
+    push_event(c->engine, c->key, EV_FINISHED, outcome, 0, text, len, NULL, 0);
+}
+
+/* Reports the exception pending in the cell's context as the end of the cell. */
+static void finish_with_exception(cell_t *c)
+{
+    JSValue exc = JS_GetException(c->ctx);
+    /* Once asked to stop, the cell is interrupted, whatever the last exception was. */
+    if (atomic_load(&c->interrupt)) {
+        JS_FreeValue(c->ctx, exc);
+        finish(c, OUTCOME_INTERRUPTED, NULL, 0);
+        return;
+    }
+    /* The limit made the cell fail; lift it so the error text can be built. */
+    c->heap_enforced = false;
+    size_t len = 0;
+    char *text = error_text(c->ctx, exc, &len);
+    JS_FreeValue(c->ctx, exc);
+    finish(c, OUTCOME_ERROR, text, len);
+}
+
+static bool is_exit_sentinel(JSContext *ctx, JSValueConst value)
+{
+    if (!JS_IsString(value))
+        return false;
+    size_t n;
+    const char *s = JS_ToCStringLen(ctx, &n, value);
+    bool same = s && n == strlen(EXIT_SENTINEL) && memcmp(s, EXIT_SENTINEL, n) == 0;
+    JS_FreeCString(ctx, s);
+    return same;
+}
+
+/* Runs queued promise jobs, then reports the cell finished if its module promise settled. */
+static void settle(cell_t *c)
+{
+    for (;;) {
+        JSContext *job_ctx;
+        int r = JS_ExecutePendingJob(c->rt, &job_ctx);
+        if (r == 0)
+            break;
+        if (r < 0) {
+            finish_with_exception(c);
+            return;
+        }
+    }
+    if (atomic_load(&c->interrupt)) {
+        finish(c, OUTCOME_INTERRUPTED, NULL, 0);
+        return;
+    }
+    JSPromiseStateEnum state = JS_PromiseState(c->ctx, c->module_promise);
+    if (state == JS_PROMISE_FULFILLED) {
+        finish(c, OUTCOME_OK, NULL, 0);
+    } else if (state == JS_PROMISE_REJECTED) {
+        JSValue reason = JS_PromiseResult(c->ctx, c->module_promise);
+        if (c->exit_requested && is_exit_sentinel(c->ctx, reason)) {
+            finish(c, OUTCOME_OK, NULL, 0);
+        } else {
+            c->heap_enforced = false;
+            size_t len = 0;
+            char *text = error_text(c->ctx, reason, &len);
+            finish(c, OUTCOME_ERROR, text, len);
+        }
+        JS_FreeValue(c->ctx, reason);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Turns                                                                                    */
+
+static void free_js(cell_t *c)
+{
+    if (!c->rt)
+        return;
+    JS_UpdateStackTop(c->rt);
+    c->heap_enforced = false;
+    JS_FreeValue(c->ctx, c->module_promise);
+    JS_FreeValue(c->ctx, c->dispatch);
+    JS_FreeContext(c->ctx);
+    JS_FreeRuntime(c->rt);
+    c->rt = NULL;
+    c->ctx = NULL;
+}
+
+static JSValue make_hooks(JSContext *ctx)
+{
+    JSValue hooks = JS_NewObjectProto(ctx, JS_NULL);
+    if (JS_IsException(hooks))
+        return hooks;
+    for (int i = 0; i < (int)(sizeof(hook_names) / sizeof(hook_names[0])); i++) {
+        JSValue fn = JS_NewCFunctionMagic(ctx, native_hook, hook_names[i], 3,
+                                          JS_CFUNC_generic_magic, i);
+        if (JS_IsException(fn) || JS_SetPropertyStr(ctx, hooks, hook_names[i], fn) < 0) {
+            JS_FreeValue(ctx, hooks);
+            return JS_EXCEPTION;
+        }
+    }
+    return hooks;
+}
+
+/* Creates the runtime, runs the prelude with the cell's configuration, then evaluates the
+   cell's source as a module. */
+static void start_cell(cell_t *c, command_t *cmd)
+{
+    engine_t *e = c->engine;
+    c->heap_enforced = true;
+    c->rt = JS_NewRuntime2(&cell_malloc_functions, c);
+    if (!c->rt) {
+        finish(c, OUTCOME_ERROR, dup_bytes("InternalError: out of memory", 28), 28);
+        return;
+    }
+    JS_SetRuntimeOpaque(c->rt, c);
+    JS_SetMaxStackSize(c->rt, c->stack_limit);
+    JS_UpdateStackTop(c->rt);
+    JS_SetInterruptHandler(c->rt, interrupt_handler, c);
+    JS_SetModuleLoaderFunc(c->rt, refuse_import, never_load, NULL);
+    c->module_promise = JS_UNDEFINED;
+    c->dispatch = JS_UNDEFINED;
+    c->ctx = JS_NewContext(c->rt);
+    if (!c->ctx) {
+        JS_FreeRuntime(c->rt);
+        c->rt = NULL;
+        finish(c, OUTCOME_ERROR, dup_bytes("InternalError: out of memory", 28), 28);
+        return;
+    }
+
+    JSValue install = JS_Eval(c->ctx, e->prelude, e->prelude_len, "<prelude>",
+                              JS_EVAL_TYPE_GLOBAL | JS_EVAL_FLAG_STRICT);
+    if (JS_IsException(install)) {
+        finish_with_exception(c);
+        return;
+    }
+    JSValue args[2];
+    args[0] = make_hooks(c->ctx);
+    args[1] = JS_ParseJSON(c->ctx, cmd->data2, cmd->len2, "<config>");
+    if (JS_IsException(args[0]) || JS_IsException(args[1])) {
+        JS_FreeValue(c->ctx, args[0]);
+        JS_FreeValue(c->ctx, args[1]);
+        JS_FreeValue(c->ctx, install);
+        finish_with_exception(c);
+        return;
+    }
+    c->dispatch = JS_Call(c->ctx, install, JS_UNDEFINED, 2, (JSValueConst *)args);
+    JS_FreeValue(c->ctx, args[0]);
+    JS_FreeValue(c->ctx, args[1]);
+    JS_FreeValue(c->ctx, install);
+    if (JS_IsException(c->dispatch)) {
+        c->dispatch = JS_UNDEFINED;
+        finish_with_exception(c);
+        return;
+    }
+    push_event(e, c->key, EV_STARTED, 0, 0, NULL, 0, NULL, 0);
+
+    JSValue promise = JS_Eval(c->ctx, cmd->data, cmd->len, MODULE_NAME, JS_EVAL_TYPE_MODULE);
+    if (JS_IsException(promise)) {
+        finish_with_exception(c);
+        return;
+    }
+    c->module_promise = promise;
+    settle(c);
+}
+
+/* Calls the prelude's dispatcher: (1, id, ok, payload) settles a tool call, (2, id) fires a
+   timer. An exception it lets escape ends the cell (a throwing timer callback fails the cell,
+   reference-runtime 3.11). */
+static void dispatch(cell_t *c, command_t *cmd)
+{
+    JSValue args[4];
+    int argc = 2;
+    args[0] = JS_NewInt32(c->ctx, cmd->kind == CMD_SETTLE_TOOL ? 1 : 2);
+    args[1] = JS_NewInt64(c->ctx, cmd->id);
+    if (cmd->kind == CMD_SETTLE_TOOL) {
+        args[2] = JS_NewBool(c->ctx, cmd->ok);
+        args[3] = JS_NewStringLen(c->ctx, cmd->data, cmd->len);
+        argc = 4;
+        if (JS_IsException(args[3])) {
+            finish_with_exception(c);
+            return;
+        }
+    }
+    JSValue r = JS_Call(c->ctx, c->dispatch, JS_UNDEFINED, argc, (JSValueConst *)args);
+    for (int i = 0; i < argc; i++)
+        JS_FreeValue(c->ctx, args[i]);
+    if (JS_IsException(r)) {
+        finish_with_exception(c);
+        return;
+    }
+    JS_FreeValue(c->ctx, r);
+    settle(c);
+}
+
+static void run_turn(cell_t *c, command_t *cmds)
+{
+    if (c->rt)
+        JS_UpdateStackTop(c->rt);
+    for (command_t *cmd = cmds; cmd; cmd = cmd->next) {
+        if (cmd->kind == CMD_CLOSE) {
+            free_js(c);
+            c->finished = true;
+            continue;
+        }
+        if (c->finished)
+            continue;
+        if (atomic_load(&c->interrupt)) {
+            finish(c, OUTCOME_INTERRUPTED, NULL, 0);
+            continue;
+        }
+        switch (cmd->kind) {
+        case CMD_START:
+            start_cell(c, cmd);
+            break;
+        case CMD_SETTLE_TOOL:
+        case CMD_FIRE_TIMER:
+            if (c->ctx)
+                dispatch(c, cmd);
+            break;
+        case CMD_WAKE:
+            break;
+        }
+    }
+    free_commands(cmds);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Scheduling                                                                               */
+
+static void cell_release(cell_t *c)
+{
+    if (atomic_fetch_sub(&c->refs, 1) != 1)
+        return;
+    free_js(c);
+    free_commands(c->cmd_head);
+    free(c);
+}
+
+/* Queues a command; the caller holds e->lock. Returns false if the engine no longer runs. */
+static bool enqueue_locked(engine_t *e, cell_t *c, command_t *cmd)
+{
+    if (e->joined || (e->stopping && cmd->kind != CMD_CLOSE))
+        return false;
+    cmd->next = NULL;
+    if (c->cmd_tail)
+        c->cmd_tail->next = cmd;
+    else
+        c->cmd_head = cmd;
+    c->cmd_tail = cmd;
+    if (!c->scheduled) {
+        c->scheduled = true;
+        atomic_fetch_add(&c->refs, 1);
+        c->run_next = NULL;
+        if (e->rq_tail)
+            e->rq_tail->run_next = c;
+        else
+            e->rq_head = c;
+        e->rq_tail = c;
+        if (e->idle > 0)
+            pthread_cond_signal(&e->work);
+        else
+            pthread_cond_signal(&e->starved);
+    }
+    return true;
+}
+
+static bool enqueue(engine_t *e, cell_t *c, command_t *cmd)
+{
+    pthread_mutex_lock(&e->lock);
+    bool queued = enqueue_locked(e, c, cmd);
+    pthread_mutex_unlock(&e->lock);
+    return queued;
+}
+
+static void *worker_main(void *arg)
+{
+    engine_t *e = arg;
+    pthread_mutex_lock(&e->lock);
+    for (;;) {
+        while (!e->rq_head && !e->stopping) {
+            e->idle++;
+            pthread_cond_wait(&e->work, &e->lock);
+            e->idle--;
+        }
+        cell_t *c = e->rq_head;
+        if (!c)
+            break; /* stopping, and nothing left to run */
+        e->rq_head = c->run_next;
+        if (!e->rq_head)
+            e->rq_tail = NULL;
+        command_t *cmds = c->cmd_head;
+        c->cmd_head = c->cmd_tail = NULL;
+        if (e->rq_head && e->idle == 0)
+            pthread_cond_signal(&e->starved); /* work left behind and nobody free: watch it */
+        pthread_mutex_unlock(&e->lock);
+
+        run_turn(c, cmds);
+
+        pthread_mutex_lock(&e->lock);
+        e->turns_completed++;
+        if (c->cmd_head) {
+            /* More work arrived during the turn: back of the queue, for fairness. */
+            c->run_next = NULL;
+            if (e->rq_tail)
+                e->rq_tail->run_next = c;
+            else
+                e->rq_head = c;
+            e->rq_tail = c;
+        } else {
+            c->scheduled = false;
+            pthread_mutex_unlock(&e->lock);
+            cell_release(c);
+            pthread_mutex_lock(&e->lock);
+        }
+    }
+    pthread_mutex_unlock(&e->lock);
+    return NULL;
+}
+
+/* Starts one more worker; the caller holds e->lock. */
+static bool spawn_worker_locked(engine_t *e)
+{
+    if (e->nthreads >= e->max_workers)
+        return false;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, WORKER_STACK_SIZE);
+    int err = pthread_create(&e->threads[e->nthreads], &attr, worker_main, e);
+    pthread_attr_destroy(&attr);
+    if (err)
+        return false;
+    e->nthreads++;
+    return true;
+}
+
+static void monotonic_now(struct timespec *ts)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+}
+
+static bool reached(const struct timespec *deadline)
+{
+    struct timespec now;
+    monotonic_now(&now);
+    return now.tv_sec > deadline->tv_sec ||
+           (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec);
+}
+
+static void *monitor_main(void *arg)
+{
+    engine_t *e = arg;
+    uint64_t watched = UINT64_MAX;
+    struct timespec deadline = {0, 0};
+    pthread_mutex_lock(&e->lock);
+    while (!e->stopping) {
+        bool stalled = e->rq_head && e->idle == 0 && e->nthreads < e->max_workers;
+        if (!stalled) {
+            watched = UINT64_MAX;
+            pthread_cond_wait(&e->starved, &e->lock);
+            continue;
+        }
+        if (watched != e->turns_completed) {
+            /* Progress since the last look (or a first look): start the clock again. */
+            watched = e->turns_completed;
+            monotonic_now(&deadline);
+            deadline.tv_nsec += STARVATION_NS;
+            if (deadline.tv_nsec >= 1000000000L) {
+                deadline.tv_sec++;
+                deadline.tv_nsec -= 1000000000L;
+            }
+        }
+        if (reached(&deadline)) {
+            spawn_worker_locked(e);
+            watched = UINT64_MAX;
+            continue;
+        }
+        pthread_cond_timedwait(&e->starved, &e->lock, &deadline);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Python types                                                                             */
+
+typedef struct {
+    PyObject *EngineType;
+    PyObject *CellType;
+    PyObject *EngineClosedError;
+} module_state;
+
+typedef struct {
+    PyObject_HEAD
+    engine_t *engine;
+} EngineObject;
+
+typedef struct {
+    PyObject_HEAD
+    cell_t *cell;
+    PyObject *engine;
+} CellObject;
+
+static module_state *get_state(PyObject *module)
+{
+    return (module_state *)PyModule_GetState(module);
+}
+
+static struct PyModuleDef quickjs_module;
+
+static PyObject *raise_closed(PyObject *self)
+{
+    PyObject *module = PyType_GetModuleByDef(Py_TYPE(self), &quickjs_module);
+    if (!module)
+        return NULL;
+    PyErr_SetString(get_state(module)->EngineClosedError, "the engine is closed");
+    return NULL;
+}
+
+static command_t *new_command(int kind)
+{
+    command_t *cmd = calloc(1, sizeof(command_t));
+    if (!cmd)
+        PyErr_NoMemory();
+    else
+        cmd->kind = kind;
+    return cmd;
+}
+
+/* Engine(workers, prelude, max_workers) */
+static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"workers", "prelude", "max_workers", NULL};
+    int workers, max_workers;
+    Py_buffer prelude;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iy*i", kwlist, &workers, &prelude,
+                                     &max_workers))
+        return -1;
+    if (self->engine) {
+        PyBuffer_Release(&prelude);
+        PyErr_SetString(PyExc_RuntimeError, "Engine.__init__ called twice");
+        return -1;
+    }
+    if (workers < 1 || max_workers < workers || max_workers > 1024) {
+        PyBuffer_Release(&prelude);
+        PyErr_Format(PyExc_ValueError,
+                     "need 1 <= workers <= max_workers <= 1024, got workers=%d, max_workers=%d",
+                     workers, max_workers);
+        return -1;
+    }
+    engine_t *e = calloc(1, sizeof(engine_t));
+    if (!e) {
+        PyBuffer_Release(&prelude);
+        PyErr_NoMemory();
+        return -1;
+    }
+    e->efd = -1;
+    e->prelude = dup_bytes(prelude.buf, (size_t)prelude.len);
+    e->prelude_len = (size_t)prelude.len;
+    PyBuffer_Release(&prelude);
+    e->threads = calloc((size_t)max_workers, sizeof(pthread_t));
+    e->max_workers = max_workers;
+    e->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (!e->prelude || !e->threads || e->efd < 0) {
+        if (e->efd < 0)
+            PyErr_SetFromErrno(PyExc_OSError);
+        else
+            PyErr_NoMemory();
+        if (e->efd >= 0)
+            close(e->efd);
+        free(e->prelude);
+        free(e->threads);
+        free(e);
+        return -1;
+    }
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->work, NULL);
+    pthread_mutex_init(&e->ev_lock, NULL);
+    pthread_condattr_t monotonic;
+    pthread_condattr_init(&monotonic);
+    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->starved, &monotonic);
+    pthread_condattr_destroy(&monotonic);
+    self->engine = e;
+
+    /* Threads started before a failure are joined by close/dealloc. */
+    pthread_mutex_lock(&e->lock);
+    bool ok = true;
+    for (int i = 0; i < workers && ok; i++)
+        ok = spawn_worker_locked(e);
+    if (ok)
+        ok = e->monitor_started = pthread_create(&e->monitor, NULL, monitor_main, e) == 0;
+    pthread_mutex_unlock(&e->lock);
+    if (!ok) {
+        PyErr_SetString(PyExc_OSError, "cannot start the engine's threads");
+        return -1;
+    }
+    return 0;
+}
+
+static void engine_stop(engine_t *e)
+{
+    pthread_mutex_lock(&e->lock);
+    if (e->joined) {
+        pthread_mutex_unlock(&e->lock);
+        return;
+    }
+    e->stopping = true;
+    for (cell_t *c = e->live; c; c = c->live_next)
+        atomic_store(&c->interrupt, 1);
+    pthread_cond_broadcast(&e->work);
+    pthread_cond_broadcast(&e->starved);
+    pthread_mutex_unlock(&e->lock);
+    /* The monitor first: once it is gone, no worker can be added. */
+    if (e->monitor_started)
+        pthread_join(e->monitor, NULL);
+    for (int i = 0; i < e->nthreads; i++)
+        pthread_join(e->threads[i], NULL);
+    pthread_mutex_lock(&e->lock);
+    e->joined = true;
+    pthread_mutex_unlock(&e->lock);
+}
+
+static PyObject *Engine_close(EngineObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (self->engine) {
+        Py_BEGIN_ALLOW_THREADS
+        engine_stop(self->engine);
+        Py_END_ALLOW_THREADS
+    }
+    Py_RETURN_NONE;
+}
+
+static void Engine_dealloc(EngineObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    engine_t *e = self->engine;
+    if (e) {
+        Py_BEGIN_ALLOW_THREADS
+        engine_stop(e);
+        Py_END_ALLOW_THREADS
+        for (size_t i = 0; i < e->nevents; i++)
+            free_event(&e->events[i]);
+        free(e->events);
+        close(e->efd);
+        pthread_mutex_destroy(&e->lock);
+        pthread_cond_destroy(&e->work);
+        pthread_cond_destroy(&e->starved);
+        pthread_mutex_destroy(&e->ev_lock);
+        free(e->prelude);
+        free(e->threads);
+        free(e);
+    }
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyObject *Engine_fileno(EngineObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return PyLong_FromLong(self->engine ? self->engine->efd : -1);
+}
+
+static PyObject *text_object(const char *s, size_t len)
+{
+    if (!s)
+        Py_RETURN_NONE;
+    return PyUnicode_DecodeUTF8(s, (Py_ssize_t)len, "replace");
+}
+
+static PyObject *bytes_object(const char *s, size_t len)
+{
+    if (!s)
+        Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize(s, (Py_ssize_t)len);
+}
+
+/* One event as (key, kind, n1, n2, a, b); JSON payloads (tool input, stored value) stay bytes. */
+static PyObject *event_tuple(event_t *ev)
+{
+    PyObject *a, *b;
+    if (ev->kind == EV_TOOL_CALL)
+        a = bytes_object(ev->a, ev->alen);
+    else
+        a = text_object(ev->a, ev->alen);
+    if (ev->kind == EV_STORE)
+        b = bytes_object(ev->b, ev->blen);
+    else
+        b = text_object(ev->b, ev->blen);
+    if (!a || !b) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        return NULL;
+    }
+    return Py_BuildValue("(LiLLNN)", (long long)ev->key, ev->kind, (long long)ev->n1,
+                         (long long)ev->n2, a, b);
+}
+
+/* Takes every published event, in order, and clears the wake-up. */
+static PyObject *Engine_drain(EngineObject *self, PyObject *Py_UNUSED(ignored))
+{
+    engine_t *e = self->engine;
+    if (!e)
+        return raise_closed((PyObject *)self);
+    uint64_t count;
+    while (read(e->efd, &count, sizeof(count)) < 0 && errno == EINTR)
+        ;
+    /* Clear before taking the events: a worker that publishes after this point writes the
+       eventfd again, so no event is left without a wake-up. */
+    atomic_store(&e->signalled, 0);
+    pthread_mutex_lock(&e->ev_lock);
+    event_t *events = e->events;
+    size_t n = e->nevents;
+    e->events = NULL;
+    e->nevents = e->cap_events = 0;
+    pthread_mutex_unlock(&e->ev_lock);
+
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; i < n; i++) {
+        if (list) {
+            PyObject *item = event_tuple(&events[i]);
+            if (!item)
+                Py_CLEAR(list);
+            else
+                PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+        }
+        free_event(&events[i]);
+    }
+    free(events);
+    return list;
+}
+
+static PyObject *Engine_live_cells(EngineObject *self, void *closure)
+{
+    (void)closure;
+    if (!self->engine)
+        return PyLong_FromLong(0);
+    pthread_mutex_lock(&self->engine->lock);
+    Py_ssize_t n = self->engine->live_count;
+    pthread_mutex_unlock(&self->engine->lock);
+    return PyLong_FromSsize_t(n);
+}
+
+/* start_cell(key, source, config, heap_limit, stack_limit) -> Cell */
+static PyObject *Engine_start_cell(EngineObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"key", "source", "config", "heap_limit", "stack_limit", NULL};
+    long long key;
+    Py_buffer source, config;
+    unsigned long long heap_limit, stack_limit;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Ly*y*KK", kwlist, &key, &source, &config,
+                                     &heap_limit, &stack_limit))
+        return NULL;
+    engine_t *e = self->engine;
+    PyObject *result = NULL;
+    command_t *cmd = NULL;
+    cell_t *c = NULL;
+    if (!e) {
+        raise_closed((PyObject *)self);
+        goto done;
+    }
+    if (stack_limit > WORKER_STACK_SIZE - STACK_MARGIN) {
+        PyErr_Format(PyExc_ValueError, "stack_limit must be at most %zu bytes",
+                     WORKER_STACK_SIZE - STACK_MARGIN);
+        goto done;
+    }
+    PyObject *module = PyType_GetModuleByDef(Py_TYPE(self), &quickjs_module);
+    if (!module)
+        goto done;
+    cmd = new_command(CMD_START);
+    c = calloc(1, sizeof(cell_t));
+    if (!cmd || !c) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    cmd->data = dup_bytes(source.buf, (size_t)source.len);
+    cmd->len = (size_t)source.len;
+    cmd->data2 = dup_bytes(config.buf, (size_t)config.len);
+    cmd->len2 = (size_t)config.len;
+    if (!cmd->data || !cmd->data2) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    atomic_init(&c->refs, 1);
+    atomic_init(&c->interrupt, 0);
+    c->engine = e;
+    c->key = key;
+    c->heap_limit = (size_t)heap_limit;
+    c->stack_limit = stack_limit ? (size_t)stack_limit : DEFAULT_JS_STACK;
+    c->module_promise = JS_UNDEFINED;
+    c->dispatch = JS_UNDEFINED;
+
+    CellObject *obj = PyObject_New(CellObject, (PyTypeObject *)get_state(module)->CellType);
+    if (!obj)
+        goto done;
+    obj->cell = NULL;
+    obj->engine = Py_NewRef((PyObject *)self);
+
+    pthread_mutex_lock(&e->lock);
+    bool queued = enqueue_locked(e, c, cmd);
+    if (queued) {
+        c->live_next = e->live;
+        if (e->live)
+            e->live->live_prev = c;
+        e->live = c;
+        e->live_count++;
+    }
+    pthread_mutex_unlock(&e->lock);
+    if (!queued) {
+        Py_DECREF(obj);
+        raise_closed((PyObject *)self);
+        goto done;
+    }
+    obj->cell = c;
+    result = (PyObject *)obj;
+    cmd = NULL;
+    c = NULL;
+done:
+    if (cmd)
+        free_command(cmd);
+    free(c);
+    PyBuffer_Release(&source);
+    PyBuffer_Release(&config);
+    return result;
+}
+
+static PyMethodDef Engine_methods[] = {
+    {"start_cell", (PyCFunction)(void (*)(void))Engine_start_cell, METH_VARARGS | METH_KEYWORDS,
+     "Create a cell and queue its start: runtime, prelude, then the source as a module."},
+    {"drain", (PyCFunction)Engine_drain, METH_NOARGS,
+     "Take every event published since the last drain, as (key, kind, n1, n2, a, b) tuples."},
+    {"fileno", (PyCFunction)Engine_fileno, METH_NOARGS,
+     "The eventfd that becomes readable when events are waiting."},
+    {"close", (PyCFunction)Engine_close, METH_NOARGS,
+     "Interrupt every cell, finish queued work and join the worker threads."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyObject *Engine_worker_threads(EngineObject *self, void *closure)
+{
+    (void)closure;
+    if (!self->engine)
+        return PyLong_FromLong(0);
+    pthread_mutex_lock(&self->engine->lock);
+    int n = self->engine->nthreads;
+    pthread_mutex_unlock(&self->engine->lock);
+    return PyLong_FromLong(n);
+}
+
+static PyGetSetDef Engine_getset[] = {
+    {"live_cells", (getter)Engine_live_cells, NULL, "Cells created and not yet freed.", NULL},
+    {"worker_threads", (getter)Engine_worker_threads, NULL, "Worker threads started so far.",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot Engine_slots[] = {
+    {Py_tp_doc, "A pool of worker threads running QuickJS cells, and their event queue."},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_init, Engine_init},
+    {Py_tp_dealloc, Engine_dealloc},
+    {Py_tp_methods, Engine_methods},
+    {Py_tp_getset, Engine_getset},
+    {0, NULL},
+};
+
+static PyType_Spec Engine_spec = {
+    "codemode_host._quickjs.Engine", sizeof(EngineObject), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE, Engine_slots,
+};
+
+/* ---- Cell ---- */
+
+static PyObject *submit(CellObject *self, command_t *cmd)
+{
+    if (!cmd)
+        return NULL;
+    if (!self->cell || !enqueue(self->cell->engine, self->cell, cmd)) {
+        free_command(cmd);
+        return raise_closed((PyObject *)self);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Cell_settle_tool(CellObject *self, PyObject *args)
+{
+    long long call_id;
+    int ok;
+    Py_buffer payload;
+    if (!PyArg_ParseTuple(args, "Lpy*", &call_id, &ok, &payload))
+        return NULL;
+    command_t *cmd = new_command(CMD_SETTLE_TOOL);
+    if (cmd) {
+        cmd->id = call_id;
+        cmd->ok = ok;
+        cmd->data = dup_bytes(payload.buf, (size_t)payload.len);
+        cmd->len = (size_t)payload.len;
+        if (!cmd->data) {
+            free_command(cmd);
+            cmd = NULL;
+            PyErr_NoMemory();
+        }
+    }
+    PyBuffer_Release(&payload);
+    return submit(self, cmd);
+}
+
+static PyObject *Cell_fire_timer(CellObject *self, PyObject *arg)
+{
+    long long timer_id = PyLong_AsLongLong(arg);
+    if (timer_id == -1 && PyErr_Occurred())
+        return NULL;
+    command_t *cmd = new_command(CMD_FIRE_TIMER);
+    if (cmd)
+        cmd->id = timer_id;
+    return submit(self, cmd);
+}
+
+/* Callable without the GIL: an atomic store, then a wake-up under the engine's mutex. */
+static void cell_interrupt(cell_t *c, command_t *wake)
+{
+    atomic_store(&c->interrupt, 1);
+    if (!enqueue(c->engine, c, wake))
+        free_command(wake);
+}
+
+static PyObject *Cell_interrupt(CellObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (!self->cell)
+        return raise_closed((PyObject *)self);
+    command_t *wake = new_command(CMD_WAKE);
+    if (!wake)
+        return NULL;
+    cell_t *c = self->cell;
+    Py_BEGIN_ALLOW_THREADS
+    cell_interrupt(c, wake);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* Stops the cell for good and frees its runtime (on a worker, or here once the workers are
+   gone). Idempotent. */
+static void cell_close(CellObject *self)
+{
+    cell_t *c = self->cell;
+    if (!c)
+        return;
+    self->cell = NULL;
+    engine_t *e = c->engine;
+    atomic_store(&c->interrupt, 1);
+    command_t *cmd = calloc(1, sizeof(command_t));
+    pthread_mutex_lock(&e->lock);
+    if (c->live_prev)
+        c->live_prev->live_next = c->live_next;
+    else
+        e->live = c->live_next;
+    if (c->live_next)
+        c->live_next->live_prev = c->live_prev;
+    e->live_count--;
+    bool queued = false;
+    if (cmd) {
+        cmd->kind = CMD_CLOSE;
+        queued = enqueue_locked(e, c, cmd);
+    }
+    pthread_mutex_unlock(&e->lock);
+    if (!queued && cmd)
+        free(cmd);
+    /* Without a worker to run the close, cell_release frees the runtime on this thread. */
+    cell_release(c);
+}
+
+static PyObject *Cell_close(CellObject *self, PyObject *Py_UNUSED(ignored))
+{
+    cell_close(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Cell_key(CellObject *self, void *closure)
+{
+    (void)closure;
+    if (!self->cell)
+        Py_RETURN_NONE;
+    return PyLong_FromLongLong(self->cell->key);
+}
+
+static void Cell_dealloc(CellObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    cell_close(self);
+    Py_XDECREF(self->engine);
+    PyObject_Free(self);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef Cell_methods[] = {
+    {"settle_tool", (PyCFunction)Cell_settle_tool, METH_VARARGS,
+     "settle_tool(call_id, ok, payload): resolve (JSON payload) or reject (text) a tool call."},
+    {"fire_timer", (PyCFunction)Cell_fire_timer, METH_O, "Run the callback of a timer."},
+    {"interrupt", (PyCFunction)Cell_interrupt, METH_NOARGS,
+     "Stop the cell's JavaScript; it then reports itself interrupted."},
+    {"close", (PyCFunction)Cell_close, METH_NOARGS, "Interrupt the cell and free its runtime."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Cell_getset[] = {
+    {"key", (getter)Cell_key, NULL, "The key its events carry (None once closed).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot Cell_slots[] = {
+    {Py_tp_doc, "One JavaScript cell: its own runtime and context, driven by commands."},
+    {Py_tp_dealloc, Cell_dealloc},
+    {Py_tp_methods, Cell_methods},
+    {Py_tp_getset, Cell_getset},
+    {0, NULL},
+};
+
+static PyType_Spec Cell_spec = {
+    "codemode_host._quickjs.Cell", sizeof(CellObject), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    Cell_slots,
+};
+
+/* ---------------------------------------------------------------------------------------- */
+/* Module                                                                                   */
+
+static int module_exec(PyObject *module)
+{
+    module_state *st = get_state(module);
+    st->EngineType = PyType_FromModuleAndSpec(module, &Engine_spec, NULL);
+    st->CellType = PyType_FromModuleAndSpec(module, &Cell_spec, NULL);
+    st->EngineClosedError = PyErr_NewExceptionWithDoc(
+        "codemode_host._quickjs.EngineClosedError",
+        "Raised when work is submitted to a closed engine or cell.", PyExc_RuntimeError, NULL);
+    if (!st->EngineType || !st->CellType || !st->EngineClosedError)
+        return -1;
+    if (PyModule_AddObjectRef(module, "Engine", st->EngineType) < 0 ||
+        PyModule_AddObjectRef(module, "Cell", st->CellType) < 0 ||
+        PyModule_AddObjectRef(module, "EngineClosedError", st->EngineClosedError) < 0)
+        return -1;
+    struct {
+        const char *name;
+        long value;
+    } constants[] = {
+        {"EV_STARTED", EV_STARTED},
+        {"EV_TEXT", EV_TEXT},
+        {"EV_IMAGE", EV_IMAGE},
+        {"EV_NOTIFY", EV_NOTIFY},
+        {"EV_TOOL_CALL", EV_TOOL_CALL},
+        {"EV_STORE", EV_STORE},
+        {"EV_YIELD", EV_YIELD},
+        {"EV_TIMER_SET", EV_TIMER_SET},
+        {"EV_TIMER_CLEAR", EV_TIMER_CLEAR},
+        {"EV_FINISHED", EV_FINISHED},
+        {"OUTCOME_OK", OUTCOME_OK},
+        {"OUTCOME_ERROR", OUTCOME_ERROR},
+        {"OUTCOME_INTERRUPTED", OUTCOME_INTERRUPTED},
+        {"MAX_STACK_LIMIT", (long)(WORKER_STACK_SIZE - STACK_MARGIN)},
+        {"DEFAULT_STACK_LIMIT", (long)DEFAULT_JS_STACK},
+    };
+    for (size_t i = 0; i < sizeof(constants) / sizeof(constants[0]); i++)
+        if (PyModule_AddIntConstant(module, constants[i].name, constants[i].value) < 0)
+            return -1;
+    if (PyModule_AddStringConstant(module, "QUICKJS_VERSION", JS_GetVersion()) < 0)
+        return -1;
+    return 0;
+}
+
+static int module_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    module_state *st = get_state(module);
+    Py_VISIT(st->EngineType);
+    Py_VISIT(st->CellType);
+    Py_VISIT(st->EngineClosedError);
+    return 0;
+}
+
+static int module_clear(PyObject *module)
+{
+    module_state *st = get_state(module);
+    Py_CLEAR(st->EngineType);
+    Py_CLEAR(st->CellType);
+    Py_CLEAR(st->EngineClosedError);
+    return 0;
+}
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+    {0, NULL},
+};
+
+static struct PyModuleDef quickjs_module = {
+    PyModuleDef_HEAD_INIT,
+    "codemode_host._quickjs",
+    "The QuickJS-ng engine binding of codemode: worker threads, cells and their events.",
+    sizeof(module_state),
+    NULL,
+    module_slots,
+    module_traverse,
+    module_clear,
+    NULL,
+};
+
+PyMODINIT_FUNC PyInit__quickjs(void)
+{
+    return PyModuleDef_Init(&quickjs_module);
+}

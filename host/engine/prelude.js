@@ -1,0 +1,402 @@
+/*
+ * prelude.js: the global API of a cell (reference-runtime section 3), run as trusted code in
+ * every fresh context before the cell's own source.
+ *
+ * The binding evaluates this script, which yields the installer function below, and calls it
+ * with the native hooks (a null-prototype object of C functions) and the cell's configuration
+ * ({tools: [{name, description}], stored: {key: "<JSON text>"}}). The installer defines the
+ * globals, removes every global the reference does not allow (section 3.2), and returns the
+ * dispatcher through which the binding settles tool calls and fires timers.
+ *
+ * Rules:
+ * 1. The hooks and all bookkeeping live in this closure: cell code can neither reach nor
+ *    replace them. Builtins the helpers rely on are captured here, before cell code can
+ *    patch them.
+ * 2. Helper validation errors are thrown as plain strings with the reference's exact texts
+ *    (section 3.3).
+ * 3. Values leave as JSON text and come back through JSON.parse: every load and every tool
+ *    result is a fresh copy.
+ */
+(function installCellGlobals(native, config) {
+  "use strict";
+
+  const global = globalThis;
+  const apply = Reflect.apply;
+  const deleteProperty = Reflect.deleteProperty;
+  const ownNames = Object.getOwnPropertyNames;
+  const hasOwn = Object.hasOwn;
+  const nullObject = () => Object.create(null);
+  const stringify = JSON.stringify;
+  const parseJson = JSON.parse;
+  const toNumber = Number;
+  const isFiniteNumber = Number.isFinite;
+  const truncate = Math.trunc;
+  const isArray = Array.isArray;
+  const PromiseCtor = Promise;
+  const ErrorCtor = Error;
+  const TypeErrorCtor = TypeError;
+  const trim = String.prototype.trim;
+  const trimEnd = String.prototype.trimEnd;
+  const toLowerCase = String.prototype.toLowerCase;
+  const charCodeAt = String.prototype.charCodeAt;
+  const sliceString = String.prototype.slice;
+  const toHex = Number.prototype.toString;
+
+  const EXIT_SENTINEL = "__codex_code_mode_exit__";
+  const IMAGE_DETAILS = ["auto", "low", "high", "original"];
+  const IMAGE_GENERIC_ERROR =
+    "image expects a non-empty image URL string, an object with image_url and optional detail, or a raw MCP image block";
+  const REMOTE_IMAGE_ERROR =
+    "Tool call failed: remote image URLs are not supported in tool outputs. Pass a base64 data URI instead";
+  const DETAIL_TYPE_ERROR = "image detail must be a string when provided";
+
+  const lowerPrefix = (value, length) => apply(toLowerCase, apply(sliceString, value, [0, length]), []);
+
+  function isImageDetail(value) {
+    for (let i = 0; i < IMAGE_DETAILS.length; i++) if (IMAGE_DETAILS[i] === value) return true;
+    return false;
+  }
+
+  // ---- text of values ------------------------------------------------------------------
+
+  function safeString(value) {
+    try {
+      return `${value}`;
+    } catch {
+      try {
+        return String(value);
+      } catch {
+        return "[value that cannot be converted to a string]";
+      }
+    }
+  }
+
+  // The text of a thrown value, as the reference builds it (section 3.14). QuickJS stacks hold
+  // only the frame lines, so an Error's text is `String(e)` followed by its frames, as in V8.
+  function errorText(thrown) {
+    if (thrown !== null && (typeof thrown === "object" || typeof thrown === "function")) {
+      let stack;
+      try {
+        stack = thrown.stack;
+      } catch {
+        stack = undefined;
+      }
+      if (typeof stack === "string") {
+        if (!(thrown instanceof ErrorCtor)) return stack;
+        const frames = apply(trimEnd, stack, []);
+        const head = safeString(thrown);
+        return frames ? `${head}\n${frames}` : head;
+      }
+    }
+    return safeString(thrown);
+  }
+
+  // JSON.stringify that throws its failure as a plain string. QuickJS reports a cycle as
+  // "circular reference"; the reference's text (and its tests) use V8's wording.
+  function jsonText(value) {
+    try {
+      return stringify(value);
+    } catch (error) {
+      if (error instanceof TypeErrorCtor && error.message === "circular reference") {
+        const frames = typeof error.stack === "string" ? apply(trimEnd, error.stack, []) : "";
+        const head = "TypeError: Converting circular structure to JSON";
+        throw frames ? `${head}\n${frames}` : head;
+      }
+      throw errorText(error);
+    }
+  }
+
+  // Section 3.4: how text() and notify() turn a value into text.
+  function outputText(value) {
+    switch (typeof value) {
+      case "undefined":
+        return "undefined";
+      case "string":
+        return value;
+      case "number":
+      case "bigint":
+        return safeString(value);
+      case "boolean":
+        return value ? "true" : "false";
+    }
+    if (value === null) return "null";
+    const json = jsonText(value);
+    if (typeof json === "string") return json;
+    try {
+      return String(value);
+    } catch (error) {
+      throw errorText(error);
+    }
+  }
+
+  // A key as Rust's `{:?}` prints a string: the reference quotes store keys that way.
+  function debugQuote(text) {
+    let out = '"';
+    for (let i = 0; i < text.length; i++) {
+      const ch = text[i];
+      const code = apply(charCodeAt, text, [i]);
+      if (ch === '"' || ch === "\\") out += `\\${ch}`;
+      else if (ch === "\n") out += "\\n";
+      else if (ch === "\r") out += "\\r";
+      else if (ch === "\t") out += "\\t";
+      else if (code === 0) out += "\\0";
+      else if (code < 0x20 || code === 0x7f) out += `\\u{${apply(toHex, code, [16])}}`;
+      else out += ch;
+    }
+    return `${out}"`;
+  }
+
+  // ---- output helpers ------------------------------------------------------------------
+
+  function text(value) {
+    native.text(outputText(value));
+  }
+
+  function imageFromObject(item) {
+    const url = item.image_url;
+    if (typeof url !== "string") throw IMAGE_GENERIC_ERROR;
+    const detail = item.detail;
+    if (detail === null || detail === undefined) return [url, undefined];
+    if (typeof detail !== "string") throw DETAIL_TYPE_ERROR;
+    return [url, detail];
+  }
+
+  function imageFromMcpBlock(item) {
+    let block;
+    try {
+      block = parseJson(stringify(item));
+    } catch {
+      throw IMAGE_GENERIC_ERROR;
+    }
+    if (block === null || typeof block !== "object" || isArray(block)) throw IMAGE_GENERIC_ERROR;
+    if (typeof block.type !== "string") throw IMAGE_GENERIC_ERROR;
+    if (block.type !== "image") {
+      throw `image only accepts MCP image blocks, got ${debugQuote(block.type)}`;
+    }
+    const data = block.data;
+    if (typeof data !== "string" || data === "") throw "image expected MCP image data";
+    let url = data;
+    if (lowerPrefix(data, 5) !== "data:") {
+      let mime = "application/octet-stream";
+      if (typeof block.mimeType === "string" && block.mimeType !== "") mime = block.mimeType;
+      else if (typeof block.mime_type === "string" && block.mime_type !== "") {
+        mime = block.mime_type;
+      }
+      url = `data:${mime};base64,${data}`;
+    }
+    const meta = block._meta;
+    let detail;
+    if (meta !== null && typeof meta === "object" && !isArray(meta)) {
+      const requested = meta["codex/imageDetail"];
+      if (isImageDetail(requested)) detail = requested;
+    }
+    return [url, detail];
+  }
+
+  // Section 3.5, steps 2 to 4: the image URL and detail of an image helper's argument.
+  function imageItem(item, override) {
+    let url, embedded;
+    if (typeof item === "string") {
+      url = item;
+    } else if (item !== null && typeof item === "object" && !isArray(item)) {
+      [url, embedded] = item.image_url !== undefined ? imageFromObject(item) : imageFromMcpBlock(item);
+    } else {
+      throw IMAGE_GENERIC_ERROR;
+    }
+    if (url === "") throw IMAGE_GENERIC_ERROR;
+    if (lowerPrefix(url, 7) === "http://" || lowerPrefix(url, 8) === "https://") {
+      throw REMOTE_IMAGE_ERROR;
+    }
+    const requested = override !== undefined ? override : embedded;
+    let detail = "high";
+    if (requested !== undefined) {
+      detail = apply(toLowerCase, requested, []);
+      if (!isImageDetail(detail)) {
+        throw "image detail must be one of: auto, low, high, original";
+      }
+    }
+    return [url, detail];
+  }
+
+  function image(imageUrlOrItem, detail) {
+    let override;
+    if (arguments.length >= 2 && detail !== null && detail !== undefined) {
+      if (typeof detail !== "string") throw DETAIL_TYPE_ERROR;
+      override = detail;
+    }
+    const [url, resolved] = imageItem(imageUrlOrItem, override);
+    native.image(url, resolved);
+  }
+
+  function generatedImage(result) {
+    if (result === null || typeof result !== "object") {
+      throw "generatedImage expects an image generation result object";
+    }
+    const hint = result.output_hint;
+    if (hint !== undefined && typeof hint !== "string") {
+      throw "generatedImage output_hint must be a string when provided";
+    }
+    const [url, detail] = imageItem(result, undefined);
+    native.image(url, detail);
+    if (hint !== undefined) native.text(hint);
+  }
+
+  function notify(value) {
+    const message = outputText(value);
+    if (apply(trim, message, []) === "") throw "notify expects non-empty text";
+    native.notify(message);
+  }
+
+  // ---- stored values ---------------------------------------------------------------------
+
+  const storedValues = nullObject();
+  for (const key of ownNames(config.stored)) storedValues[key] = config.stored[key];
+
+  function keyText(key, helper) {
+    try {
+      return `${key}`;
+    } catch {
+      throw `${helper} key must be a string`;
+    }
+  }
+
+  function store(key, value) {
+    const name = keyText(key, "store");
+    const json = jsonText(value);
+    if (typeof json !== "string") {
+      throw `Unable to store ${debugQuote(name)}. Only plain serializable objects can be stored.`;
+    }
+    storedValues[name] = json;
+    native.store(name, json);
+  }
+
+  function load(key) {
+    const name = keyText(key, "load");
+    if (!hasOwn(storedValues, name)) return undefined;
+    try {
+      return parseJson(storedValues[name]);
+    } catch {
+      throw "failed to load stored value";
+    }
+  }
+
+  // ---- control ---------------------------------------------------------------------------
+
+  function yield_control() {
+    native.yieldControl();
+  }
+
+  function exit() {
+    native.exit();
+    throw EXIT_SENTINEL;
+  }
+
+  const timers = nullObject();
+  let timerCount = 0;
+
+  function setTimeout(callback, delayMs) {
+    if (typeof callback !== "function") throw "setTimeout expects a function callback";
+    let delay = toNumber(delayMs);
+    delay = !isFiniteNumber(delay) || delay <= 0 ? 0 : truncate(delay);
+    const id = ++timerCount;
+    timers[id] = callback;
+    native.timerSet(id, delay);
+    return id;
+  }
+
+  function clearTimeout(id) {
+    if (id === undefined || id === null) return undefined;
+    let number;
+    try {
+      number = toNumber(id);
+    } catch {
+      throw "clearTimeout expects a numeric timeout id";
+    }
+    if (!isFiniteNumber(number) || number <= 0) return undefined;
+    number = truncate(number);
+    if (hasOwn(timers, number)) {
+      delete timers[number];
+      native.timerClear(number);
+    }
+    return undefined;
+  }
+
+  // ---- nested tools ----------------------------------------------------------------------
+
+  const pendingCalls = nullObject();
+  let callCount = 0;
+
+  function nestedTool(index) {
+    return function (...args) {
+      const input = args.length > 0 ? jsonText(args[0]) : undefined;
+      const id = ++callCount;
+      return new PromiseCtor((resolve, reject) => {
+        pendingCalls[id] = { resolve, reject };
+        native.toolCall(id, index, input);
+      });
+    };
+  }
+
+  const tools = {};
+  const allTools = [];
+  for (let index = 0; index < config.tools.length; index++) {
+    const { name, description } = config.tools[index];
+    tools[name] = nestedTool(index);
+    allTools[allTools.length] = { name, description };
+  }
+
+  // ---- the global object -----------------------------------------------------------------
+
+  const added = {
+    tools,
+    ALL_TOOLS: allTools,
+    clearTimeout,
+    setTimeout,
+    text,
+    image,
+    generatedImage,
+    store,
+    load,
+    notify,
+    yield_control,
+    exit,
+  };
+
+  const allowed = nullObject();
+  for (const name of [
+    "AggregateError", "Array", "ArrayBuffer", "AsyncDisposableStack", "BigInt", "BigInt64Array",
+    "BigUint64Array", "Boolean", "DataView", "Date", "DisposableStack", "Error", "EvalError",
+    "FinalizationRegistry", "Float16Array", "Float32Array", "Float64Array", "Function",
+    "Infinity", "Int16Array", "Int32Array", "Int8Array", "Intl", "Iterator", "JSON", "Map",
+    "Math", "NaN", "Number", "Object", "Promise", "Proxy", "RangeError", "ReferenceError",
+    "Reflect", "RegExp", "Set", "String", "SuppressedError", "Symbol", "SyntaxError", "Temporal",
+    "TypeError", "URIError", "Uint16Array", "Uint32Array", "Uint8Array", "Uint8ClampedArray",
+    "WeakMap", "WeakRef", "WeakSet", "__codexContentItems", "add_content", "decodeURI",
+    "decodeURIComponent", "encodeURI", "encodeURIComponent", "escape", "eval", "globalThis",
+    "isFinite", "isNaN", "parseFloat", "parseInt", "undefined", "unescape",
+    ...ownNames(added),
+  ]) {
+    allowed[name] = true;
+  }
+  for (const name of ownNames(global)) {
+    if (!allowed[name]) deleteProperty(global, name);
+  }
+  for (const name of ownNames(added)) global[name] = added[name];
+
+  // The binding calls this: (1, id, ok, payload) settles tool call `tool-<id>` with a JSON
+  // result (ok) or an error text; (2, id) fires a timer. What it throws fails the cell.
+  return function dispatch(kind, id, ok, payload) {
+    if (kind === 1) {
+      const call = pendingCalls[id];
+      if (call === undefined) throw `unknown tool call \`tool-${id}\``;
+      delete pendingCalls[id];
+      if (ok) call.resolve(parseJson(payload));
+      else call.reject(payload);
+    } else if (kind === 2) {
+      const callback = timers[id];
+      if (callback === undefined) return;
+      delete timers[id];
+      apply(callback, undefined, []);
+    }
+  };
+});

@@ -1,0 +1,142 @@
+"""Build of the QuickJS engine binding, `codemode_host._quickjs`.
+
+The binding (`host/engine/_quickjs.c`) is ours; the QuickJS-ng 0.17.0 C sources are not kept in
+this repository (DESIGN section 2). The build obtains them from the pinned `quickjs-ng==0.17.0.2`
+source distribution through pip, checks the archive's sha256, unpacks the engine sources into
+`build/quickjs-ng-0.17.0.2/` (reused by later builds) and compiles them together with the binding.
+
+Environment switches:
+- `CODEMODE_QUICKJS_SDIST=/path/quickjs_ng-0.17.0.2.tar.gz`: use that archive instead of asking
+  pip (offline builds); its sha256 is checked all the same.
+- `CODEMODE_DEBUG_BUILD=1`: `-O1 -g` with assertions on, so that a JS value the binding leaks
+  aborts at runtime teardown instead of leaking silently (engine-notes 1.8).
+- `CODEMODE_SANITIZE=1`: also build with AddressSanitizer and UndefinedBehaviorSanitizer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+QUICKJS_REQUIREMENT = "quickjs-ng==0.17.0.2"
+QUICKJS_ARCHIVE = "quickjs_ng-0.17.0.2.tar.gz"
+QUICKJS_SHA256 = "43d2e48272208721a7aaea8e3f02d4b9318f12ef20cc4f5421b59d9a470706ef"
+QUICKJS_UNITS = ["quickjs.c", "libregexp.c", "libunicode.c", "dtoa.c"]
+
+HERE = Path(__file__).resolve().parent
+SOURCE_DIR = Path("build") / "quickjs-ng-0.17.0.2"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _download_archive(into: Path) -> Path:
+    local = os.environ.get("CODEMODE_QUICKJS_SDIST")
+    if local:
+        return Path(local)
+    # pip comes from this build environment (a build requirement). --no-build-isolation:
+    # preparing the sdist's metadata needs only setuptools, which this
+    # build environment already has, so pip does not set up a second one.
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--no-build-isolation",
+            "--dest",
+            str(into),
+            QUICKJS_REQUIREMENT,
+        ],
+        check=True,
+    )
+    return into / QUICKJS_ARCHIVE
+
+
+def quickjs_sources() -> Path:
+    """Return the folder holding the verified QuickJS-ng sources, fetching them once."""
+    target = HERE / SOURCE_DIR
+    if all((target / unit).is_file() for unit in QUICKJS_UNITS):
+        return SOURCE_DIR
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = _download_archive(Path(tmp))
+        actual = _sha256(archive)
+        if actual != QUICKJS_SHA256:
+            raise RuntimeError(
+                f"{archive.name}: sha256 {actual} does not match the pinned {QUICKJS_SHA256}"
+            )
+        unpacked = Path(tmp) / "unpacked"
+        with tarfile.open(archive) as tar:
+            members = [m for m in tar.getmembers() if "/upstream-quickjs/" in m.name and m.isfile()]
+            tar.extractall(unpacked, members=members, filter="data")
+        (upstream,) = {p.parent for p in unpacked.glob("*/upstream-quickjs/quickjs.c")}
+        if target.exists():
+            shutil.rmtree(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(upstream, target)
+    return SOURCE_DIR
+
+
+class BuildWithQuickJS(build_ext):
+    """build_ext that fetches the engine sources first and compiles units in parallel."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = os.cpu_count() or 1
+
+    def run(self) -> None:
+        src = quickjs_sources()
+        for ext in self.extensions:
+            ext.sources.extend(str(src / unit) for unit in QUICKJS_UNITS)
+            ext.include_dirs.append(str(src))
+        super().run()
+
+
+def _flags() -> tuple[list[str], list[str]]:
+    compile_args = ["-std=gnu11", "-fvisibility=hidden", "-pthread"]
+    link_args = ["-pthread"]
+    if os.environ.get("CODEMODE_DEBUG_BUILD") == "1":
+        compile_args += ["-O1", "-g", "-UNDEBUG"]
+    else:
+        # Flags given here come after CPython's own CFLAGS, so this -O3 wins (engine-notes 1.8).
+        compile_args += ["-O3"]
+    if os.environ.get("CODEMODE_SANITIZE") == "1":
+        sanitize = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer"]
+        compile_args += sanitize
+        link_args += sanitize
+    return compile_args, link_args
+
+
+_compile_args, _link_args = _flags()
+
+setup(
+    ext_modules=[
+        Extension(
+            "codemode_host._quickjs",
+            sources=["host/engine/_quickjs.c"],
+            extra_compile_args=_compile_args,
+            extra_link_args=_link_args,
+            define_macros=[("_GNU_SOURCE", None)],
+        )
+    ],
+    cmdclass={"build_ext": BuildWithQuickJS},
+)

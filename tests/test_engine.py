@@ -1,0 +1,436 @@
+"""The engine binding: module evaluation, imports, values across the boundary, interrupts,
+limits, and events published while a cell still runs (issue: the package and the engine)."""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+import pytest
+import trio
+from codemode_host.engine import (
+    MAX_STACK_LIMIT,
+    CellTool,
+    Engine,
+    EngineClosedError,
+    Finished,
+    Notification,
+    Outcome,
+    Started,
+    StoredValueWritten,
+    TextOutput,
+    ToolCallRequested,
+    YieldRequested,
+    open_engine,
+)
+
+from tests.helpers import ToolRejectedError, drive, run_cell, wait_for
+
+MAX_SAFE_INTEGER = 9007199254740991
+
+
+def is_finished(event: object) -> bool:
+    return isinstance(event, Finished)
+
+
+# ---- evaluation ----------------------------------------------------------------------------
+
+
+async def test_cell_evaluates_as_a_module_with_top_level_await(engine: Engine) -> None:
+    run = await run_cell(
+        engine,
+        "const v = await Promise.resolve(41); text(v + 1); text(typeof this); text((function () { return typeof this; })())",
+    )
+    assert run.finished == Finished(Outcome.OK, None)
+    assert run.texts == ["42", "undefined", "undefined"]
+    assert isinstance(run.events[0], Started)
+
+
+async def test_module_scope_is_strict(engine: Engine) -> None:
+    run = await run_cell(engine, "undeclared = 1")
+    assert run.error is not None
+    assert run.error.startswith("ReferenceError: undeclared is not defined\n    at ")
+
+
+async def test_syntax_error_is_reported_with_its_name(engine: Engine) -> None:
+    run = await run_cell(engine, "let = ;")
+    assert run.finished.outcome is Outcome.ERROR
+    assert run.error is not None
+    assert run.error.startswith("SyntaxError: ")
+
+
+async def test_top_level_return_is_a_syntax_error(engine: Engine) -> None:
+    run = await run_cell(engine, "return 1")
+    assert run.error is not None
+    assert run.error.startswith("SyntaxError: ")
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ('import x from "fs"; text(x)', "Unsupported import in exec: fs"),
+        ('import { a } from "./local.js"', "Unsupported import in exec: ./local.js"),
+        ('export * from "node:os"', "Unsupported import in exec: node:os"),
+        ('await import("fs")', "Unsupported import in exec: fs"),
+    ],
+)
+async def test_imports_are_refused(engine: Engine, source: str, expected: str) -> None:
+    run = await run_cell(engine, source)
+    assert run.finished == Finished(Outcome.ERROR, expected)
+
+
+async def test_refused_dynamic_import_can_be_caught(engine: Engine) -> None:
+    run = await run_cell(engine, 'try { await import("x") } catch (e) { text(typeof e); text(e) }')
+    assert run.texts == ["string", "Unsupported import in exec: x"]
+    assert run.error is None
+
+
+# ---- values across the boundary ----------------------------------------------------------
+
+
+async def test_max_safe_integer_round_trips_exactly(engine: Engine) -> None:
+    seen: list[object] = []
+
+    async def echo(call: ToolCallRequested) -> object:
+        assert call.input_json is not None
+        value = msgspec.json.decode(call.input_json)
+        seen.append(value)
+        return value
+
+    run = await run_cell(
+        engine,
+        f"""
+        const big = {MAX_SAFE_INTEGER};
+        text(big);
+        const back = await tools.echo({{ n: big, neg: -big }});
+        text(back.n === big && back.neg === -big);
+        store("n", big);
+        text(load("n") === big);
+        """,
+        tools=[CellTool("echo")],
+        on_tool=echo,
+    )
+    assert run.error is None
+    assert run.texts == [str(MAX_SAFE_INTEGER), "true", "true"]
+    assert seen == [{"n": MAX_SAFE_INTEGER, "neg": -MAX_SAFE_INTEGER}]
+    assert msgspec.json.decode(run.stores[0].value_json) == MAX_SAFE_INTEGER
+
+
+async def test_strings_with_nul_round_trip_exactly(engine: Engine) -> None:
+    seen: list[object] = []
+
+    async def echo(call: ToolCallRequested) -> object:
+        assert call.input_json is not None
+        value = msgspec.json.decode(call.input_json)
+        seen.append(value)
+        return "x\u0000y"
+
+    run = await run_cell(
+        engine,
+        r"""
+        text("a\u0000b");
+        const back = await tools.echo("c\u0000d");
+        text(back.length === 3 && back.charCodeAt(1) === 0);
+        store("k\u0000", "v\u0000");
+        notify("n\u0000");
+        """,
+        tools=[CellTool("echo")],
+        on_tool=echo,
+    )
+    assert run.error is None
+    assert run.texts == ["a\u0000b", "true"]
+    assert seen == ["c\u0000d"]
+    assert run.stores == [StoredValueWritten("k\u0000", b'"v\\u0000"')]
+    assert run.notifications == ["n\u0000"]
+
+
+async def test_lone_surrogates_become_replacement_characters(engine: Engine) -> None:
+    seen: list[object] = []
+
+    async def echo(call: ToolCallRequested) -> object:
+        assert call.input_json is not None
+        seen.append(msgspec.json.decode(call.input_json))
+        return None
+
+    run = await run_cell(
+        engine,
+        r"""
+        text("a\ud800b");
+        text("pair \ud83d\ude00");
+        await tools.echo({ s: "\udfff", pair: "\ud83d\ude00", escaped: "\\ud800" });
+        store("k", "\ud800");
+        """,
+        tools=[CellTool("echo")],
+        on_tool=echo,
+    )
+    assert run.error is None
+    assert run.texts == ["a\ufffdb", "pair \U0001f600"]
+    assert seen == [{"s": "\ufffd", "pair": "\U0001f600", "escaped": "\\ud800"}]
+    assert msgspec.json.decode(run.stores[0].value_json) == "\ufffd"
+
+
+# ---- events while the cell runs ----------------------------------------------------------
+
+
+async def test_events_are_published_while_the_cell_still_computes(engine: Engine) -> None:
+    source = """
+        text("first");
+        notify("note");
+        store("k", 1);
+        tools.t({});
+        yield_control();
+        while (true) {}
+    """
+    with trio.fail_after(10), engine.start_cell(source, tools=[CellTool("t")]) as cell:
+        seen = await wait_for(cell, lambda e: isinstance(e, YieldRequested))
+        assert seen == [
+            Started(),
+            TextOutput("first"),
+            Notification("note"),
+            StoredValueWritten("k", b"1"),
+            ToolCallRequested(1, 0, b"{}"),
+            YieldRequested(),
+        ]
+        cell.interrupt()
+        rest = await wait_for(cell, is_finished)
+        assert rest == [Finished(Outcome.INTERRUPTED, None)]
+
+
+# ---- interrupts --------------------------------------------------------------------------
+
+SPINNERS = {
+    "busy-loop": 'text("spinning"); while (true) {}',
+    "catch-and-retry": 'text("spinning"); while (true) { try { while (true) {} } catch (e) { text("caught") } }',
+    "catastrophic-regex": 'text("spinning"); /(a+)+$/.test("a".repeat(32) + "b"); text("matched")',
+    "async-loop": 'text("spinning"); while (true) { await null; }',
+    "finally-loop": 'text("spinning"); for (;;) { try { for (;;) {} } finally { continue; } }',
+}
+
+
+@pytest.mark.parametrize("source", SPINNERS.values(), ids=SPINNERS.keys())
+async def test_interrupt_stops_running_javascript(engine: Engine, source: str) -> None:
+    with trio.fail_after(10), engine.start_cell(source) as cell:
+        await wait_for(cell, lambda e: e == TextOutput("spinning"))
+        cell.interrupt()
+        rest = await wait_for(cell, is_finished)
+        assert rest[-1] == Finished(Outcome.INTERRUPTED, None)
+        assert TextOutput("caught") not in rest
+        assert TextOutput("matched") not in rest
+
+
+async def test_interrupt_from_another_thread(engine: Engine) -> None:
+    with trio.fail_after(10), engine.start_cell('text("spinning"); while (true) {}') as cell:
+        await wait_for(cell, lambda e: isinstance(e, TextOutput))
+        await trio.to_thread.run_sync(cell.interrupt)
+        rest = await wait_for(cell, is_finished)
+        assert rest[-1] == Finished(Outcome.INTERRUPTED, None)
+
+
+async def test_interrupt_of_an_idle_cell_reports_it_interrupted(engine: Engine) -> None:
+    with trio.fail_after(10), engine.start_cell("await tools.t()", tools=[CellTool("t")]) as cell:
+        await wait_for(cell, lambda e: isinstance(e, ToolCallRequested))
+        cell.interrupt()
+        rest = await wait_for(cell, is_finished)
+        assert rest == [Finished(Outcome.INTERRUPTED, None)]
+        # A late result for the interrupted cell changes nothing and raises nothing.
+        cell.settle_tool_call(1, b"1")
+
+
+async def test_closing_a_spinning_cell_frees_it(engine: Engine) -> None:
+    with trio.fail_after(10):
+        cell = engine.start_cell('text("spinning"); while (true) {}')
+        await wait_for(cell, lambda e: isinstance(e, TextOutput))
+        cell.close()
+        cell.close()
+        with pytest.raises(EngineClosedError):
+            cell.fire_timer(1)
+        # The engine keeps serving.
+        run = await run_cell(engine, 'text("next")')
+        assert run.texts == ["next"]
+
+
+async def test_closing_the_engine_interrupts_spinning_cells() -> None:
+    with trio.fail_after(10):
+        async with open_engine(workers=2) as engine:
+            cells = [engine.start_cell('text("spin"); for (;;) {}') for _ in range(3)]
+            for cell in cells:
+                await wait_for(cell, lambda e: isinstance(e, TextOutput))
+        with pytest.raises(EngineClosedError):
+            engine.start_cell("1")
+        for cell in cells:
+            cell.close()
+        assert engine.live_cells == 0
+
+
+async def test_trio_keeps_running_while_a_cell_spins(engine: Engine) -> None:
+    # The worker runs the JS without the GIL, so this task is never starved.
+    ticks = 0
+    with trio.fail_after(10), engine.start_cell('text("spin"); while (true) {}') as cell:
+        await wait_for(cell, lambda e: isinstance(e, TextOutput))
+        for _ in range(20):
+            await trio.lowlevel.checkpoint()
+            ticks += 1
+        cell.interrupt()
+        await wait_for(cell, is_finished)
+    assert ticks == 20
+
+
+# ---- limits ------------------------------------------------------------------------------
+
+
+async def test_heap_limit_fails_the_cell_and_the_engine_stays_healthy(engine: Engine) -> None:
+    run = await run_cell(
+        engine,
+        'text("start"); const keep = []; while (true) keep.push("x".repeat(1000) + keep.length);',
+        heap_limit=16 << 20,
+    )
+    assert run.texts == ["start"]
+    assert run.finished.outcome is Outcome.ERROR
+    assert run.error is not None
+    assert "out of memory" in run.error
+    fresh = await run_cell(engine, 'text("fresh")', heap_limit=16 << 20)
+    assert fresh.texts == ["fresh"]
+    assert fresh.error is None
+
+
+async def test_heap_limit_error_can_be_caught_by_the_cell(engine: Engine) -> None:
+    run = await run_cell(
+        engine,
+        """
+        function grow() { const a = []; while (true) a.push({ i: a.length }); }
+        try { grow(); } catch (e) { text("caught " + e); }
+        text("still running");
+        """,
+        heap_limit=8 << 20,
+    )
+    assert run.error is None
+    # QuickJS throws null when even the error object cannot be allocated.
+    assert run.texts[0] in {"caught null", "caught InternalError: out of memory"}
+    assert run.texts[-1] == "still running"
+
+
+async def test_huge_string_hits_the_heap_limit(engine: Engine) -> None:
+    run = await run_cell(
+        engine, 'const s = "ab".repeat(2 ** 27); text(s.length)', heap_limit=32 << 20
+    )
+    assert run.finished.outcome is Outcome.ERROR
+    assert run.error is not None
+    assert "out of memory" in run.error
+
+
+async def test_heap_limit_too_small_for_the_globals_fails_cleanly(engine: Engine) -> None:
+    run = await run_cell(engine, 'text("never")', heap_limit=4096)
+    assert run.finished.outcome is Outcome.ERROR
+    assert run.texts == []
+
+
+async def test_deep_recursion_is_a_range_error(engine: Engine) -> None:
+    run = await run_cell(engine, "function f(n) { return f(n + 1) + 1; } f(0)")
+    assert run.error is not None
+    assert run.error.startswith("RangeError: Maximum call stack size exceeded\n    at f (")
+    caught = await run_cell(
+        engine,
+        "function f(n) { return f(n + 1) + 1; } try { f(0) } catch (e) { text(e.name) } text('ok')",
+    )
+    assert caught.texts == ["RangeError", "ok"]
+
+
+async def test_stack_limit_bounds_recursion_depth(engine: Engine) -> None:
+    source = "let depth = 0; function f() { depth++; f(); } try { f() } catch { } text(depth)"
+    small = await run_cell(engine, source, stack_limit=256 << 10)
+    large = await run_cell(engine, source, stack_limit=MAX_STACK_LIMIT)
+    assert 0 < int(small.texts[0]) < int(large.texts[0])
+
+
+async def test_limits_are_validated(engine: Engine) -> None:
+    with pytest.raises(ValueError, match="stack_limit"):
+        engine.start_cell("1", stack_limit=MAX_STACK_LIMIT + 1)
+    with pytest.raises(ValueError, match="heap_limit"):
+        engine.start_cell("1", heap_limit=0)
+
+
+# ---- error text --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ('throw "x"', "x"),
+        ("throw { a: 1 }", "[object Object]"),
+        ("throw undefined", "undefined"),
+        ("throw null", "null"),
+        ("throw 42", "42"),
+        ('throw { stack: "custom stack" }', "custom stack"),
+        ('await Promise.reject("later")', "later"),
+    ],
+)
+async def test_error_text_of_thrown_values(engine: Engine, source: str, expected: str) -> None:
+    run = await run_cell(engine, source)
+    assert run.finished == Finished(Outcome.ERROR, expected)
+
+
+async def test_error_text_has_a_header_and_frames(engine: Engine) -> None:
+    run = await run_cell(
+        engine, 'text("one"); text("two"); function boom() { throw new Error("boom"); } boom();'
+    )
+    assert run.texts == ["one", "two"]
+    assert run.error is not None
+    assert re.fullmatch(r"Error: boom\n(\s+at .+\n?)+", run.error), run.error
+    assert "at boom (exec_main.mjs:" in run.error
+
+
+async def test_error_thrown_after_await_keeps_its_frames(engine: Engine) -> None:
+    run = await run_cell(engine, "await null; null.x")
+    assert run.error is not None
+    assert run.error.startswith("TypeError: cannot read property 'x' of null\n    at ")
+
+
+async def test_unhandled_rejections_of_other_promises_are_ignored(engine: Engine) -> None:
+    run = await run_cell(
+        engine,
+        'Promise.reject(new Error("ignored")); tools.fails(); text("done")',
+        tools=[CellTool("fails")],
+        on_tool=reject_all,
+    )
+    assert run.finished == Finished(Outcome.OK, None)
+    assert run.texts == ["done"]
+
+
+async def reject_all(call: ToolCallRequested) -> object:
+    raise ToolRejectedError("no")
+
+
+async def test_microtasks_are_drained_after_each_tool_result(engine: Engine) -> None:
+    run = await run_cell(
+        engine,
+        """
+        const r = await tools.t();
+        await null; await null;
+        Promise.resolve().then(() => text("microtask"));
+        text(r.value);
+        """,
+        tools=[CellTool("t")],
+    )
+    assert run.texts == ["output", "microtask"]
+
+
+async def test_many_cells_run_in_parallel(engine: Engine) -> None:
+    with trio.fail_after(20):
+        cells = [engine.start_cell(f"text({i} * 2)") for i in range(64)]
+        try:
+            runs = [await drive(cell) for cell in cells]
+        finally:
+            for cell in cells:
+                cell.close()
+    assert [run.texts for run in runs] == [[str(i * 2)] for i in range(64)]
+
+
+async def test_spinning_cells_do_not_starve_other_cells() -> None:
+    with trio.fail_after(10):
+        async with open_engine(workers=1) as engine:
+            spinner = engine.start_cell('text("spin"); for (;;) {}')
+            await wait_for(spinner, lambda e: isinstance(e, TextOutput))
+            run = await run_cell(engine, 'text("served")')
+            assert run.texts == ["served"]
+            assert engine.worker_threads == 2
+            spinner.close()
