@@ -144,7 +144,8 @@ struct engine {
     event_t *events;
     size_t nevents, cap_events;
 
-    char *prelude;
+    /* prelude.js compiled once per engine; each cell reads the bytecode instead of parsing. */
+    uint8_t *prelude;
     size_t prelude_len;
 };
 
@@ -660,6 +661,8 @@ static JSValue make_hooks(JSContext *ctx)
 static void start_cell(cell_t *c, command_t *cmd)
 {
     engine_t *e = c->engine;
+    struct timespec begin, end;
+    clock_gettime(CLOCK_MONOTONIC, &begin);
     c->heap_enforced = true;
     c->rt = JS_NewRuntime2(&cell_malloc_functions, c);
     if (!c->rt) {
@@ -681,8 +684,9 @@ static void start_cell(cell_t *c, command_t *cmd)
         return;
     }
 
-    JSValue install = JS_Eval(c->ctx, e->prelude, e->prelude_len, "<prelude>",
-                              JS_EVAL_TYPE_GLOBAL | JS_EVAL_FLAG_STRICT);
+    JSValue install = JS_ReadObject(c->ctx, e->prelude, e->prelude_len, JS_READ_OBJ_BYTECODE);
+    if (!JS_IsException(install))
+        install = JS_EvalFunction(c->ctx, install);
     if (JS_IsException(install)) {
         finish_with_exception(c);
         return;
@@ -706,7 +710,10 @@ static void start_cell(cell_t *c, command_t *cmd)
         finish_with_exception(c);
         return;
     }
-    push_event(e, c->key, EV_STARTED, 0, 0, NULL, 0, NULL, 0);
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    int64_t setup_ns = (int64_t)(end.tv_sec - begin.tv_sec) * 1000000000 +
+                       (end.tv_nsec - begin.tv_nsec);
+    push_event(e, c->key, EV_STARTED, setup_ns, 0, NULL, 0, NULL, 0);
 
     JSValue promise = JS_Eval(c->ctx, cmd->data, cmd->len, MODULE_NAME, JS_EVAL_TYPE_MODULE);
     if (JS_IsException(promise)) {
@@ -980,6 +987,44 @@ static command_t *new_command(int kind)
     return cmd;
 }
 
+/* Compiles the prelude in a scratch runtime; returns malloc'd bytecode, or NULL with a Python
+   exception set. */
+static uint8_t *compile_prelude(const char *source, size_t len, size_t *out_len)
+{
+    JSRuntime *rt = JS_NewRuntime();
+    JSContext *ctx = rt ? JS_NewContext(rt) : NULL;
+    uint8_t *copy = NULL;
+    if (!ctx) {
+        if (rt)
+            JS_FreeRuntime(rt);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    JSValue fn = JS_Eval(ctx, source, len, "<prelude>",
+                         JS_EVAL_TYPE_GLOBAL | JS_EVAL_FLAG_STRICT | JS_EVAL_FLAG_COMPILE_ONLY);
+    if (JS_IsException(fn)) {
+        JSValue exc = JS_GetException(ctx);
+        const char *text = JS_ToCString(ctx, exc);
+        PyErr_Format(PyExc_ValueError, "the prelude does not compile: %s", text ? text : "?");
+        JS_FreeCString(ctx, text);
+        JS_FreeValue(ctx, exc);
+    } else {
+        size_t n = 0;
+        uint8_t *bytecode = JS_WriteObject(ctx, &n, fn, JS_WRITE_OBJ_BYTECODE);
+        if (bytecode && (copy = malloc(n))) {
+            memcpy(copy, bytecode, n);
+            *out_len = n;
+        } else {
+            PyErr_NoMemory();
+        }
+        js_free(ctx, bytecode);
+        JS_FreeValue(ctx, fn);
+    }
+    JS_FreeContext(ctx);
+    JS_FreeRuntime(rt);
+    return copy;
+}
+
 /* Engine(workers, prelude, max_workers) */
 static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds)
 {
@@ -1008,13 +1053,16 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     e->efd = -1;
-    e->prelude = dup_bytes(prelude.buf, (size_t)prelude.len);
-    e->prelude_len = (size_t)prelude.len;
+    e->prelude = compile_prelude(prelude.buf, (size_t)prelude.len, &e->prelude_len);
     PyBuffer_Release(&prelude);
+    if (!e->prelude) {
+        free(e);
+        return -1;
+    }
     e->threads = calloc((size_t)max_workers, sizeof(pthread_t));
     e->max_workers = max_workers;
     e->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (!e->prelude || !e->threads || e->efd < 0) {
+    if (!e->threads || e->efd < 0) {
         if (e->efd < 0)
             PyErr_SetFromErrno(PyExc_OSError);
         else
