@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable
 
 import trio
-
 from codemode_host.engine import (
     CellTool,
     Engine,

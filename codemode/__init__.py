@@ -1,5 +1,88 @@
 """codemode: a trio-native code-mode runtime for LLM agents.
 
-The public API (DESIGN section 4) is re-exported here as it is built; the engine that runs the
-JavaScript lives in the `codemode_host` package.
+The public API (DESIGN section 4). Everything is re-exported here; the modules behind it are
+private.
 """
+
+from typing import TYPE_CHECKING
+
+from ._api import CellId as CellId
+from ._api import CellLimits as CellLimits
+from ._api import Completed as Completed
+from ._api import ContentItem as ContentItem
+from ._api import ExecuteRequest as ExecuteRequest
+from ._api import ImageDetail as ImageDetail
+from ._api import InputImage as InputImage
+from ._api import InputText as InputText
+from ._api import JsonValue as JsonValue
+from ._api import LiveCell as LiveCell
+from ._api import MissingCell as MissingCell
+from ._api import NestedToolCall as NestedToolCall
+from ._api import RuntimeResponse as RuntimeResponse
+from ._api import Session as Session
+from ._api import SessionDelegate as SessionDelegate
+from ._api import StartedCell as StartedCell
+from ._api import Terminated as Terminated
+from ._api import ToolDefinition as ToolDefinition
+from ._api import ToolKind as ToolKind
+from ._api import ToolName as ToolName
+from ._api import WaitOutcome as WaitOutcome
+from ._api import WaitRequest as WaitRequest
+from ._api import Yielded as Yielded
+from ._api import missing_cell as missing_cell
+from ._identifiers import normalize_identifier as normalize_identifier
+from .errors import AlreadyTerminatingError as AlreadyTerminatingError
+from .errors import CodeModeError as CodeModeError
+from .errors import ObserverBusyError as ObserverBusyError
+from .errors import RuntimeEndedError as RuntimeEndedError
+from .errors import SessionShuttingDownError as SessionShuttingDownError
+from .errors import ToolError as ToolError
+
+__all__ = [
+    "AlreadyTerminatingError",
+    "CellId",
+    "CellLimits",
+    "CodeModeError",
+    "Completed",
+    "ContentItem",
+    "ExecuteRequest",
+    "ImageDetail",
+    "InputImage",
+    "InputText",
+    "JsonValue",
+    "LiveCell",
+    "MissingCell",
+    "NestedToolCall",
+    "ObserverBusyError",
+    "RuntimeEndedError",
+    "RuntimeResponse",
+    "Session",
+    "SessionDelegate",
+    "SessionShuttingDownError",
+    "StartedCell",
+    "Terminated",
+    "ToolDefinition",
+    "ToolError",
+    "ToolKind",
+    "ToolName",
+    "WaitOutcome",
+    "WaitRequest",
+    "Yielded",
+    "missing_cell",
+    "normalize_identifier",
+    "open_in_process_provider",
+]
+
+
+if TYPE_CHECKING:
+    from .inprocess import open_in_process_provider as open_in_process_provider
+
+
+def __getattr__(name: str) -> object:
+    # The in-process provider imports the host (and its C extension): only on first use, so
+    # that `import codemode` stays light for applications that use the process provider.
+    if name == "open_in_process_provider":
+        from .inprocess import open_in_process_provider
+
+        return open_in_process_provider
+    raise AttributeError(f"module 'codemode' has no attribute {name!r}")

@@ -1,0 +1,281 @@
+"""The value types and interfaces of codemode's public API (DESIGN section 4).
+
+Every value type is a frozen `msgspec.Struct` with keyword-only fields, so the same types
+serve callers and the wire. Unions are tagged (`type` for content items, the class tag for
+responses), so msgspec decodes them without guessing.
+
+Interfaces (`SessionDelegate`, `Session`) are `typing.Protocol`s: the in-process and the process
+providers each implement `Session`; the application implements `SessionDelegate`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeAlias
+
+import msgspec
+
+CellId: TypeAlias = str
+"""A cell's id: `"1"`, `"2"`, ... per session; `"g2:1"` after a host restart."""
+
+JsonValue: TypeAlias = Any
+"""Any JSON value (dict, list, str, int, float, bool, None)."""
+
+
+class ToolKind(enum.StrEnum):
+    """How a nested tool takes its input."""
+
+    FUNCTION = "function"
+    """JSON arguments (an object)."""
+    FREEFORM = "freeform"
+    """Raw text."""
+
+
+class ImageDetail(enum.StrEnum):
+    """The detail an image is shown to the model with."""
+
+    AUTO = "auto"
+    LOW = "low"
+    HIGH = "high"
+    ORIGINAL = "original"
+
+
+class ToolName(msgspec.Struct, frozen=True, kw_only=True):
+    """The routing name of a tool, as the application knows it.
+
+    Parameters:
+        name: the tool's own name.
+        namespace: the namespace it belongs to (an MCP server, say), or None.
+    """
+
+    name: str
+    namespace: str | None = None
+
+    @classmethod
+    def plain(cls, name: str) -> ToolName:
+        """A tool name without namespace."""
+        return cls(name=name)
+
+    @classmethod
+    def namespaced(cls, namespace: str, name: str) -> ToolName:
+        """A tool name within `namespace`."""
+        return cls(name=name, namespace=namespace)
+
+
+class ToolDefinition(msgspec.Struct, frozen=True, kw_only=True):
+    """A nested tool a cell may call as `tools.<identifier>`.
+
+    Parameters:
+        name: the model-visible flat name; the JS identifier is `normalize_identifier(name)`.
+        tool_name: the routing name handed back in each `NestedToolCall`.
+        description: the text shown in `ALL_TOOLS`.
+        kind: FUNCTION (JSON arguments) or FREEFORM (text).
+        input_schema: JSON Schema of the input, or None.
+        output_schema: JSON Schema of the result, or None.
+    """
+
+    name: str
+    tool_name: ToolName
+    description: str = ""
+    kind: ToolKind = ToolKind.FUNCTION
+    input_schema: JsonValue = None
+    output_schema: JsonValue = None
+
+
+class ExecuteRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Start a cell.
+
+    Parameters:
+        tool_call_id: the model's id of the `exec` call; the `call_id` of its notifications.
+        source: the JavaScript, evaluated as an ES module.
+        enabled_tools: the nested tools, in `ALL_TOOLS` order.
+        yield_time_ms: the first observation window (None: 10,000 ms).
+        max_output_tokens: for the model layer's truncation; the runtime ignores it.
+    """
+
+    tool_call_id: str
+    source: str
+    enabled_tools: list[ToolDefinition] = msgspec.field(default_factory=list)
+    yield_time_ms: int | None = None
+    max_output_tokens: int | None = None
+
+
+class WaitRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Observe a running cell for up to `yield_time_ms`."""
+
+    cell_id: CellId
+    yield_time_ms: int = 10_000
+
+
+class InputText(msgspec.Struct, frozen=True, kw_only=True, tag="input_text", tag_field="type"):
+    """A text output item."""
+
+    text: str
+
+
+class InputImage(msgspec.Struct, frozen=True, kw_only=True, tag="input_image", tag_field="type"):
+    """An image output item: a `data:` URL and its detail."""
+
+    image_url: str
+    detail: ImageDetail | None = None
+
+
+ContentItem: TypeAlias = InputText | InputImage
+
+
+class Yielded(msgspec.Struct, frozen=True, kw_only=True, tag="yielded"):
+    """The cell is still running; `content_items` is its output since the last response."""
+
+    cell_id: CellId
+    content_items: list[ContentItem]
+    host_duration: float | None = None
+
+
+class Terminated(msgspec.Struct, frozen=True, kw_only=True, tag="terminated"):
+    """The cell was stopped (terminate or shutdown); its undelivered output."""
+
+    cell_id: CellId
+    content_items: list[ContentItem]
+    host_duration: float | None = None
+
+
+class Completed(msgspec.Struct, frozen=True, kw_only=True, tag="completed"):
+    """The cell finished; `error_text` is None on success (`exit()` included)."""
+
+    cell_id: CellId
+    content_items: list[ContentItem]
+    error_text: str | None = None
+    host_duration: float | None = None
+
+
+RuntimeResponse: TypeAlias = Yielded | Terminated | Completed
+
+
+class LiveCell(msgspec.Struct, frozen=True, kw_only=True, tag="live_cell"):
+    """The cell existed and was observed; a non-Yielded response ends it."""
+
+    response: RuntimeResponse
+
+
+class MissingCell(msgspec.Struct, frozen=True, kw_only=True, tag="missing_cell"):
+    """No such cell (never existed, already closed, or being terminated)."""
+
+    response: RuntimeResponse
+
+
+WaitOutcome: TypeAlias = LiveCell | MissingCell
+
+
+def missing_cell(cell_id: CellId) -> MissingCell:
+    """The outcome of observing a cell that is not there."""
+    return MissingCell(
+        response=Completed(
+            cell_id=cell_id, content_items=[], error_text=f"exec cell {cell_id} not found"
+        )
+    )
+
+
+class NestedToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A cell's call of a nested tool, as the delegate receives it.
+
+    Parameters:
+        cell_id: the calling cell.
+        runtime_tool_call_id: `"tool-1"`, `"tool-2"`, ... per cell in call order.
+        tool_name: the `ToolDefinition.tool_name` of the tool called.
+        tool_kind: its kind.
+        input: the JSON value of the first argument, or None when there was none (or it
+            has no JSON form, like `undefined` or a function).
+    """
+
+    cell_id: CellId
+    runtime_tool_call_id: str
+    tool_name: ToolName
+    tool_kind: ToolKind
+    input: JsonValue = None
+
+
+class CellLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """Limits shared by every cell of a session.
+
+    Parameters:
+        max_yield_time_ms: the longest observation window (execute and wait alike).
+        max_heap_size_bytes: the most each cell's JavaScript heap may hold; enforced.
+    """
+
+    max_yield_time_ms: int | None = None
+    max_heap_size_bytes: int | None = None
+
+
+class SessionDelegate(Protocol):
+    """What the application provides to a session's cells.
+
+    Every method is called on the provider's trio thread, as a task of its nursery.
+    """
+
+    async def invoke_tool(self, call: NestedToolCall) -> JsonValue:
+        """Run a nested tool; the return value resolves the JS promise.
+
+        Raise `ToolError(text)` to reject it with `text`. When the cell ends first, the
+        call is cancelled (`trio.Cancelled`) and a late result is discarded.
+        """
+        ...
+
+    async def notify(self, call_id: str, cell_id: CellId, text: str) -> None:
+        """Deliver a `notify(text)` of the cell started by the `exec` call `call_id`."""
+        ...
+
+    def cell_closed(self, cell_id: CellId) -> None:
+        """The cell is gone, exactly once per cell, after its last response; must not block."""
+        ...
+
+
+class StartedCell:
+    """A cell that was admitted: its id now, its first response later.
+
+    Not ending the cell when dropped: a response nobody awaited stays buffered for the next
+    `wait`.
+    """
+
+    def __init__(
+        self, cell_id: CellId, initial_response: Callable[[], Awaitable[RuntimeResponse]]
+    ) -> None:
+        self.cell_id = cell_id
+        self._initial_response = initial_response
+
+    async def initial_response(self) -> RuntimeResponse:
+        """The first observation: Yielded, Completed or Terminated.
+
+        Raises:
+            ObserverBusyError: another observation of the cell is in progress.
+            RuntimeEndedError: the cell went away without answering.
+        """
+        return await self._initial_response()
+
+    def __repr__(self) -> str:
+        return f"StartedCell(cell_id={self.cell_id!r})"
+
+
+class Session(Protocol):
+    """A code-mode session: its cells, their stored values and their limits."""
+
+    @property
+    def is_alive(self) -> bool:
+        """False once shutdown began (or the host connection was lost)."""
+        ...
+
+    async def execute(self, request: ExecuteRequest, delegate: SessionDelegate) -> StartedCell:
+        """Admit a cell and start it; returns before its first response."""
+        ...
+
+    async def wait(self, request: WaitRequest) -> WaitOutcome:
+        """Observe a cell: new output, its completion, or its termination."""
+        ...
+
+    async def terminate(self, cell_id: CellId) -> WaitOutcome:
+        """Stop a cell and return its undelivered output (or its buffered completion)."""
+        ...
+
+    async def shutdown(self) -> None:
+        """Terminate every cell and return once each has closed."""
+        ...

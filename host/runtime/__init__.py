@@ -1,0 +1,12 @@
+"""The code-mode runtime: sessions, cells, observers and delegate calls, in trio.
+
+It knows the engine's turn-and-event interface and codemode's public types, and nothing of the
+wire: the in-process provider serves it directly, the host's server puts it behind frames.
+"""
+
+from ._callbacks import CallbackGroup as CallbackGroup
+from ._cell import CLEANUP_GRACE as CLEANUP_GRACE
+from ._observer import observation_window_ms as observation_window_ms
+from ._session import RuntimeSession as RuntimeSession
+
+__all__ = ["CLEANUP_GRACE", "CallbackGroup", "RuntimeSession", "observation_window_ms"]

@@ -1,0 +1,61 @@
+"""Delegate calls of one cell (its tool calls, or its notifications) as cancellable tasks.
+
+Each call runs as a task of the session's nursery inside its own cancel scope, so the group can
+cancel them all without owning a nursery: a cell that ends waits for its calls to return *or*
+for a grace period (`wait_idle()` under a timeout), whichever comes first, and a delegate that
+shields its cleanup cannot hold the cell hostage (DESIGN section 4). A task left running past
+the grace still belongs to the session's nursery, which awaits it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVarTuple
+
+import trio
+
+Ts = TypeVarTuple("Ts")
+
+
+class CallbackGroup:
+    """Tasks started in a borrowed nursery, each with a cancel scope this group owns."""
+
+    def __init__(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+        self._scopes: set[trio.CancelScope] = set()
+        self._idle = trio.Event()
+        self._idle.set()
+
+    def __len__(self) -> int:
+        return len(self._scopes)
+
+    def start(self, fn: Callable[[*Ts], Awaitable[object]], *args: *Ts) -> None:
+        """Start `fn(*args)` as a task of the nursery, in a scope of this group."""
+        scope = trio.CancelScope()
+        if not self._scopes:
+            self._idle = trio.Event()
+        self._scopes.add(scope)
+        self._nursery.start_soon(self._run, scope, fn, *args)
+
+    async def _run(
+        self,
+        scope: trio.CancelScope,
+        fn: Callable[[*Ts], Awaitable[object]],
+        *args: *Ts,
+    ) -> None:
+        try:
+            with scope:
+                await fn(*args)
+        finally:
+            self._scopes.discard(scope)
+            if not self._scopes:
+                self._idle.set()
+
+    def cancel(self, reason: str) -> None:
+        """Cancel every task of the group (a task not yet started is cancelled on start)."""
+        for scope in self._scopes:
+            scope.cancel(reason=reason)
+
+    async def wait_idle(self) -> None:
+        """Wait until no task of the group runs (bound it with a cancel scope)."""
+        await self._idle.wait()

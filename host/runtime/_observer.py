@@ -1,0 +1,69 @@
+"""Observers of a cell and the output they take.
+
+An observer is a pending `wait` (or the initial response of an `execute`). It ends at the first
+of: its window elapsed, `yield_control()`, the cell's completion, its termination. Only one
+observer watches a cell at a time.
+
+Rules:
+1. The observer's own task builds its response, with no checkpoint between taking the output
+   and returning it: a cancelled observer never takes output, so no output is lost.
+2. The cell marks a *boundary* (how many buffered items belong to this observation) when
+   `yield_control()` runs or the window ends while the cell's events are being processed; an
+   observation that yields returns only the output before its boundary. This is how a 0 ms
+   window yields before output that was queued behind the cell's start (reference-runtime 5.3).
+3. The window of the initial observer starts when the cell has started (compile and globals set-up
+   excluded); a `wait` window starts at once.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from codemode import CellLimits
+
+DEFAULT_YIELD_TIME_MS = 10_000
+YIELD_GRACE_MS = 1_000
+"""Added to windows of 10 s or more (reference-runtime 2.15)."""
+
+
+def observation_window_ms(yield_time_ms: int, limits: CellLimits) -> int:
+    """The effective window: the grace for long windows, then the session's clamp."""
+    window = yield_time_ms
+    if window >= DEFAULT_YIELD_TIME_MS:
+        window += YIELD_GRACE_MS
+    if limits.max_yield_time_ms is not None:
+        window = min(window, limits.max_yield_time_ms)
+    return window
+
+
+class Observer:
+    """One observation of a cell.
+
+    Attributes:
+        window_ms: the observation window.
+        deadline: trio time at which it yields; None until the window starts.
+        boundary: set when it must yield with the first `boundary` buffered items.
+    """
+
+    __slots__ = ("boundary", "deadline", "wake", "window_ms")
+
+    def __init__(self, window_ms: int, *, start_now: bool) -> None:
+        self.window_ms = window_ms
+        self.deadline: float | None = None
+        self.boundary: int | None = None
+        self.wake = trio.Event()
+        if start_now:
+            self.start_window(trio.current_time())
+
+    def start_window(self, now: float) -> None:
+        if self.deadline is None:
+            self.deadline = now + self.window_ms / 1000
+
+    def expired(self, now: float) -> bool:
+        return self.deadline is not None and now >= self.deadline
+
+    def mark_boundary(self, index: int) -> None:
+        """Yield with the output buffered so far (the first mark wins)."""
+        if self.boundary is None:
+            self.boundary = index
+        self.wake.set()

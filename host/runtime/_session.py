@@ -1,0 +1,141 @@
+"""A session of the runtime: its cells, their stored values, their limits (reference-runtime 5).
+
+Rules:
+1. Cell ids are decimal counters per session from "1", never reused.
+2. A cell sees the stored values as of its start plus its own writes; its writes merge into
+   the session at its natural completion, key by key (last committer wins).
+3. Shutdown rejects new cells at once, terminates every cell (CPU-bound ones included: the engine
+   interrupts them) and returns after every cell has closed.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import trio
+from codemode_host.engine import CellTool, Engine
+
+from codemode import (
+    CellLimits,
+    ExecuteRequest,
+    LiveCell,
+    SessionDelegate,
+    StartedCell,
+    WaitOutcome,
+    WaitRequest,
+    missing_cell,
+    normalize_identifier,
+)
+from codemode.errors import RuntimeEndedError, SessionShuttingDownError
+
+from ._cell import Phase, RuntimeCell
+from ._observer import DEFAULT_YIELD_TIME_MS, observation_window_ms
+
+
+class RuntimeSession:
+    """A code-mode session run by the engine in this process (implements `codemode.Session`).
+
+    Args:
+        engine: the engine that runs the cells.
+        nursery: where cell tasks and delegate calls run; it must outlive the session.
+        limits: the limits of every cell of the session.
+    """
+
+    def __init__(self, engine: Engine, nursery: trio.Nursery, limits: CellLimits) -> None:
+        self._engine = engine
+        self._nursery = nursery
+        self._limits = limits
+        self._alive = True
+        self._next_cell = 1
+        self._cells: dict[str, RuntimeCell] = {}
+        self._stored: dict[str, bytes] = {}
+
+    @property
+    def is_alive(self) -> bool:
+        """False once shutdown began."""
+        return self._alive
+
+    @property
+    def limits(self) -> CellLimits:
+        return self._limits
+
+    async def execute(self, request: ExecuteRequest, delegate: SessionDelegate) -> StartedCell:
+        """Admit and start a cell; its first response comes from `initial_response()`.
+
+        Raises:
+            SessionShuttingDownError: shutdown has begun.
+        """
+        await trio.lowlevel.checkpoint()
+        if not self._alive:
+            raise SessionShuttingDownError()
+        cell_id = str(self._next_cell)
+        self._next_cell += 1
+        engine_cell = self._engine.start_cell(
+            request.source,
+            tools=[
+                CellTool(name=normalize_identifier(tool.name), description=tool.description)
+                for tool in request.enabled_tools
+            ],
+            stored_values=self._stored,
+            heap_limit=self._limits.max_heap_size_bytes,
+        )
+        yield_time_ms = request.yield_time_ms
+        if yield_time_ms is None:
+            yield_time_ms = DEFAULT_YIELD_TIME_MS
+        cell = RuntimeCell(
+            cell_id=cell_id,
+            request=request,
+            delegate=delegate,
+            engine_cell=engine_cell,
+            nursery=self._nursery,
+            commit=self._stored.update,
+            forget=self._forget,
+            initial_window_ms=observation_window_ms(yield_time_ms, self._limits),
+        )
+        self._cells[cell_id] = cell
+        self._nursery.start_soon(cell.run)
+        started = StartedCell(cell_id, cell.initial_response)
+        # Dropping the StartedCell unawaited frees the cell for the next `wait`.
+        weakref.finalize(started, cell.release_initial_observer)
+        return started
+
+    async def wait(self, request: WaitRequest) -> WaitOutcome:
+        """Observe a cell for up to `request.yield_time_ms` (grace and clamp applied).
+
+        Raises:
+            ObserverBusyError: another observation of the cell is in progress.
+        """
+        await trio.lowlevel.checkpoint()
+        cell = self._cells.get(request.cell_id)
+        if cell is None or cell.phase is Phase.TERMINATING:
+            return missing_cell(request.cell_id)
+        observer = cell.attach(observation_window_ms(request.yield_time_ms, self._limits))
+        try:
+            response = await cell.observe(observer)
+        except RuntimeEndedError:
+            return missing_cell(request.cell_id)
+        return LiveCell(response=response)
+
+    async def terminate(self, cell_id: str) -> WaitOutcome:
+        """Stop a cell; returns its undelivered output, or its buffered completion.
+
+        Raises:
+            AlreadyTerminatingError: a termination of that cell is in progress.
+        """
+        await trio.lowlevel.checkpoint()
+        cell = self._cells.get(cell_id)
+        if cell is None:
+            return missing_cell(cell_id)
+        return await cell.terminate()
+
+    async def shutdown(self) -> None:
+        """Reject new cells, terminate every cell, and return once all have closed."""
+        self._alive = False
+        cells = list(self._cells.values())
+        for cell in cells:
+            cell.begin_shutdown()
+        for cell in cells:
+            await cell.closed.wait()
+
+    def _forget(self, cell_id: str) -> None:
+        self._cells.pop(cell_id, None)

@@ -1,0 +1,63 @@
+"""Small helpers for tests that drive sessions through the public API."""
+
+from __future__ import annotations
+
+from codemode import (
+    ContentItem,
+    ExecuteRequest,
+    InputText,
+    LiveCell,
+    MissingCell,
+    RuntimeResponse,
+    Session,
+    SessionDelegate,
+    StartedCell,
+    ToolDefinition,
+    ToolName,
+    WaitOutcome,
+)
+
+LONG_MS = 60_000
+
+
+def tool(name: str, description: str = "") -> ToolDefinition:
+    return ToolDefinition(name=name, tool_name=ToolName.plain(name), description=description)
+
+
+async def execute(
+    session: Session,
+    delegate: SessionDelegate,
+    source: str,
+    *,
+    yield_time_ms: int | None = LONG_MS,
+    tools: list[ToolDefinition] | None = None,
+    call_id: str = "call-1",
+) -> StartedCell:
+    request = ExecuteRequest(
+        tool_call_id=call_id,
+        source=source,
+        enabled_tools=tools or [],
+        yield_time_ms=yield_time_ms,
+    )
+    return await session.execute(request, delegate)
+
+
+async def run(
+    session: Session,
+    delegate: SessionDelegate,
+    source: str,
+    *,
+    yield_time_ms: int | None = LONG_MS,
+    tools: list[ToolDefinition] | None = None,
+) -> RuntimeResponse:
+    """Execute and return the initial response."""
+    started = await execute(session, delegate, source, yield_time_ms=yield_time_ms, tools=tools)
+    return await started.initial_response()
+
+
+def texts(value: RuntimeResponse | WaitOutcome | list[ContentItem]) -> list[str]:
+    """The texts of a response's (or an outcome's) content items."""
+    if isinstance(value, LiveCell | MissingCell):
+        value = value.response
+    items = value if isinstance(value, list) else value.content_items
+    return [item.text for item in items if isinstance(item, InputText)]
