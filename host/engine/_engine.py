@@ -226,5 +226,6 @@ async def open_engine(
             finally:
                 nursery.cancel_scope.cancel()
     finally:
+        trio.lowlevel.notify_closing(native.fileno())
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(native.close)

@@ -1122,12 +1122,19 @@ static void engine_stop(engine_t *e)
     pthread_mutex_unlock(&e->lock);
 }
 
+/* Joins the threads and closes the eventfd at once, so that closing an engine releases its
+   threads and descriptor deterministically (not when the object is collected). */
 static PyObject *Engine_close(EngineObject *self, PyObject *Py_UNUSED(ignored))
 {
-    if (self->engine) {
+    engine_t *e = self->engine;
+    if (e) {
         Py_BEGIN_ALLOW_THREADS
-        engine_stop(self->engine);
+        engine_stop(e);
         Py_END_ALLOW_THREADS
+        if (e->efd >= 0) {
+            close(e->efd);
+            e->efd = -1;
+        }
     }
     Py_RETURN_NONE;
 }
@@ -1143,7 +1150,8 @@ static void Engine_dealloc(EngineObject *self)
         for (size_t i = 0; i < e->nevents; i++)
             free_event(&e->events[i]);
         free(e->events);
-        close(e->efd);
+        if (e->efd >= 0)
+            close(e->efd);
         pthread_mutex_destroy(&e->lock);
         pthread_cond_destroy(&e->work);
         pthread_cond_destroy(&e->starved);
@@ -1200,7 +1208,7 @@ static PyObject *event_tuple(event_t *ev)
 static PyObject *Engine_drain(EngineObject *self, PyObject *Py_UNUSED(ignored))
 {
     engine_t *e = self->engine;
-    if (!e)
+    if (!e || e->efd < 0)
         return raise_closed((PyObject *)self);
     uint64_t count;
     while (read(e->efd, &count, sizeof(count)) < 0 && errno == EINTR)
@@ -1255,7 +1263,7 @@ static PyObject *Engine_start_cell(EngineObject *self, PyObject *args, PyObject 
     PyObject *result = NULL;
     command_t *cmd = NULL;
     cell_t *c = NULL;
-    if (!e) {
+    if (!e || e->efd < 0) {
         raise_closed((PyObject *)self);
         goto done;
     }

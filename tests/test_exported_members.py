@@ -1,0 +1,49 @@
+"""The public surface of `codemode` is exactly DESIGN section 4's names (so far)."""
+
+from __future__ import annotations
+
+import codemode
+
+
+def test_all_is_sorted_and_complete() -> None:
+    public = {name for name in dir(codemode) if not name.startswith("_")}
+    public.discard("annotations")
+    assert sorted(codemode.__all__) == codemode.__all__
+    # Every exported name resolves (the in-process provider is imported on first use).
+    for name in codemode.__all__:
+        assert getattr(codemode, name) is not None
+    assert public - {"inprocess", "errors", "TYPE_CHECKING"} <= set(codemode.__all__)
+
+
+def test_design_names_are_exported() -> None:
+    design = {
+        "CellId", "ToolKind", "ToolName", "ToolDefinition", "ExecuteRequest", "WaitRequest",
+        "InputText", "InputImage", "ImageDetail", "RuntimeResponse", "Yielded", "Completed",
+        "Terminated", "WaitOutcome", "LiveCell", "MissingCell", "NestedToolCall", "CellLimits",
+        "SessionDelegate", "Session", "StartedCell", "open_in_process_provider", "CodeModeError",
+        "ToolError", "normalize_identifier",
+    }  # fmt: skip
+    assert design <= set(codemode.__all__)
+
+
+def test_value_types_are_frozen_and_keyword_only() -> None:
+    text = codemode.InputText(text="x")
+    try:
+        text.text = "y"  # type: ignore[misc]
+    except AttributeError:
+        pass
+    else:  # pragma: no cover
+        raise AssertionError("InputText is not frozen")
+    assert codemode.ToolName.plain("a") == codemode.ToolName(name="a")
+    assert codemode.ToolName.namespaced("ns", "a") == codemode.ToolName(name="a", namespace="ns")
+    assert codemode.WaitRequest(cell_id="1").yield_time_ms == 10_000
+    assert codemode.ExecuteRequest(tool_call_id="c", source="1").enabled_tools == []
+
+
+def test_normalize_identifier() -> None:
+    assert codemode.normalize_identifier("hidden-dynamic-tool") == "hidden_dynamic_tool"
+    assert codemode.normalize_identifier("mcp__ologs__get_profile") == "mcp__ologs__get_profile"
+    assert codemode.normalize_identifier("9lives") == "_lives"
+    assert codemode.normalize_identifier("") == "_"
+    assert codemode.normalize_identifier("a.b c$") == "a_b_c$"
+    assert codemode.normalize_identifier("é") == "_"
