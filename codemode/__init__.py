@@ -37,8 +37,12 @@ from .errors import ObserverBusyError as ObserverBusyError
 from .errors import RuntimeEndedError as RuntimeEndedError
 from .errors import SessionShuttingDownError as SessionShuttingDownError
 from .errors import ToolError as ToolError
+from .process import default_host_command as default_host_command
+from .process import open_process_provider as open_process_provider
+from .protocol import MAX_FRAME_BYTES as MAX_FRAME_BYTES
 
 __all__ = [
+    "MAX_FRAME_BYTES",
     "AlreadyTerminatingError",
     "CellId",
     "CellLimits",
@@ -68,9 +72,11 @@ __all__ = [
     "WaitOutcome",
     "WaitRequest",
     "Yielded",
+    "default_host_command",
     "missing_cell",
     "normalize_identifier",
     "open_in_process_provider",
+    "open_process_provider",
 ]
 
 

@@ -23,6 +23,10 @@ JsonValue: TypeAlias = Any
 """Any JSON value (dict, list, str, int, float, bool, None)."""
 
 
+class _Value(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Base of the value types: frozen, keyword-only, unknown fields rejected."""
+
+
 class ToolKind(enum.StrEnum):
     """How a nested tool takes its input."""
 
@@ -41,7 +45,7 @@ class ImageDetail(enum.StrEnum):
     ORIGINAL = "original"
 
 
-class ToolName(msgspec.Struct, frozen=True, kw_only=True):
+class ToolName(_Value, frozen=True):
     """The routing name of a tool, as the application knows it.
 
     Parameters:
@@ -63,7 +67,7 @@ class ToolName(msgspec.Struct, frozen=True, kw_only=True):
         return cls(name=name, namespace=namespace)
 
 
-class ToolDefinition(msgspec.Struct, frozen=True, kw_only=True):
+class ToolDefinition(_Value, frozen=True):
     """A nested tool a cell may call as `tools.<identifier>`.
 
     Parameters:
@@ -83,7 +87,7 @@ class ToolDefinition(msgspec.Struct, frozen=True, kw_only=True):
     output_schema: JsonValue = None
 
 
-class ExecuteRequest(msgspec.Struct, frozen=True, kw_only=True):
+class ExecuteRequest(_Value, frozen=True):
     """Start a cell.
 
     Parameters:
@@ -101,20 +105,34 @@ class ExecuteRequest(msgspec.Struct, frozen=True, kw_only=True):
     max_output_tokens: int | None = None
 
 
-class WaitRequest(msgspec.Struct, frozen=True, kw_only=True):
+class WaitRequest(_Value, frozen=True):
     """Observe a running cell for up to `yield_time_ms`."""
 
     cell_id: CellId
     yield_time_ms: int = 10_000
 
 
-class InputText(msgspec.Struct, frozen=True, kw_only=True, tag="input_text", tag_field="type"):
+class InputText(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    forbid_unknown_fields=True,
+    tag="input_text",
+    tag_field="type",
+):
     """A text output item."""
 
     text: str
 
 
-class InputImage(msgspec.Struct, frozen=True, kw_only=True, tag="input_image", tag_field="type"):
+class InputImage(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    forbid_unknown_fields=True,
+    tag="input_image",
+    tag_field="type",
+):
     """An image output item: a `data:` URL and its detail."""
 
     image_url: str
@@ -124,7 +142,7 @@ class InputImage(msgspec.Struct, frozen=True, kw_only=True, tag="input_image", t
 ContentItem: TypeAlias = InputText | InputImage
 
 
-class Yielded(msgspec.Struct, frozen=True, kw_only=True, tag="yielded"):
+class Yielded(_Value, tag="yielded", frozen=True):
     """The cell is still running; `content_items` is its output since the last response."""
 
     cell_id: CellId
@@ -132,7 +150,9 @@ class Yielded(msgspec.Struct, frozen=True, kw_only=True, tag="yielded"):
     host_duration: float | None = None
 
 
-class Terminated(msgspec.Struct, frozen=True, kw_only=True, tag="terminated"):
+class Terminated(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag="terminated"
+):
     """The cell was stopped (terminate or shutdown); its undelivered output."""
 
     cell_id: CellId
@@ -140,7 +160,9 @@ class Terminated(msgspec.Struct, frozen=True, kw_only=True, tag="terminated"):
     host_duration: float | None = None
 
 
-class Completed(msgspec.Struct, frozen=True, kw_only=True, tag="completed"):
+class Completed(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag="completed"
+):
     """The cell finished; `error_text` is None on success (`exit()` included)."""
 
     cell_id: CellId
@@ -152,13 +174,17 @@ class Completed(msgspec.Struct, frozen=True, kw_only=True, tag="completed"):
 RuntimeResponse: TypeAlias = Yielded | Terminated | Completed
 
 
-class LiveCell(msgspec.Struct, frozen=True, kw_only=True, tag="live_cell"):
+class LiveCell(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag="live_cell"
+):
     """The cell existed and was observed; a non-Yielded response ends it."""
 
     response: RuntimeResponse
 
 
-class MissingCell(msgspec.Struct, frozen=True, kw_only=True, tag="missing_cell"):
+class MissingCell(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag="missing_cell"
+):
     """No such cell (never existed, already closed, or being terminated)."""
 
     response: RuntimeResponse
@@ -176,7 +202,7 @@ def missing_cell(cell_id: CellId) -> MissingCell:
     )
 
 
-class NestedToolCall(msgspec.Struct, frozen=True, kw_only=True):
+class NestedToolCall(_Value, frozen=True):
     """A cell's call of a nested tool, as the delegate receives it.
 
     Parameters:
@@ -195,7 +221,7 @@ class NestedToolCall(msgspec.Struct, frozen=True, kw_only=True):
     input: JsonValue = None
 
 
-class CellLimits(msgspec.Struct, frozen=True, kw_only=True):
+class CellLimits(_Value, frozen=True):
     """Limits shared by every cell of a session.
 
     Parameters:

@@ -13,6 +13,8 @@ Tests and callers may compare `str(error)` with the reference's texts.
 
 from __future__ import annotations
 
+import re
+
 
 class CodeModeError(Exception):
     """Base class of the errors codemode raises on purpose."""
@@ -57,3 +59,28 @@ class ToolError(CodeModeError):
     def __init__(self, text: str) -> None:
         super().__init__(text)
         self.text = text
+
+
+def tool_failure_message(tool_name: str, error: BaseException) -> str:
+    """The rejection text of a tool call whose delegate raised something else than ToolError."""
+    return f"tool {tool_name} failed: {str(error) or type(error).__name__}"
+
+
+_TYPED_MESSAGES: list[tuple[re.Pattern[str], type[CodeModeError]]] = [
+    (re.compile(r"^exec cell (.+) already has an active observer$"), ObserverBusyError),
+    (re.compile(r"^exec cell (.+) is already terminating$"), AlreadyTerminatingError),
+]
+
+
+def error_from_message(message: str) -> CodeModeError:
+    """The typed error a message from the host stands for (a plain CodeModeError otherwise),
+    so callers see the same exception types with either provider."""
+    if message == "code mode session is shutting down":
+        return SessionShuttingDownError()
+    if message == "exec runtime ended unexpectedly":
+        return RuntimeEndedError()
+    for pattern, error_type in _TYPED_MESSAGES:
+        match = pattern.match(message)
+        if match:
+            return error_type(match.group(1))
+    return CodeModeError(message)

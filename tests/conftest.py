@@ -5,11 +5,21 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+import msgspec
 import pytest
 from codemode_host.engine import Engine, open_engine
 
 import codemode
-from codemode import CellLimits, Session
+from codemode import (
+    CellLimits,
+    ExecuteRequest,
+    RuntimeResponse,
+    Session,
+    SessionDelegate,
+    StartedCell,
+    WaitOutcome,
+    WaitRequest,
+)
 from tests.delegates import RecordingDelegate
 
 
@@ -25,12 +35,69 @@ async def engine() -> AsyncIterator[Engine]:
         assert engine.live_cells == 0, "a test left a cell open"
 
 
-@pytest.fixture(params=["in-process"])
+@pytest.fixture(params=["in-process", "process"])
 async def provider(request: pytest.FixtureRequest) -> AsyncIterator[Provider]:
-    """Each provider kind in turn; a caller cannot tell them apart but for documented details."""
-    assert request.param == "in-process"
-    async with codemode.open_in_process_provider() as provider:
-        yield provider
+    """Each provider kind in turn; a caller cannot tell them apart but for documented details
+    (`host_duration` is None in-process, a float from the host)."""
+    if request.param == "in-process":
+        async with codemode.open_in_process_provider() as in_process:
+            yield _CheckedProvider(in_process, timed=False)
+    else:
+        async with codemode.open_process_provider() as process:
+            yield _CheckedProvider(process, timed=True)
+
+
+def _checked_response(response: RuntimeResponse, timed: bool) -> RuntimeResponse:
+    if timed:
+        assert isinstance(response.host_duration, float)
+        assert response.host_duration >= 0
+    else:
+        assert response.host_duration is None
+    return msgspec.structs.replace(response, host_duration=None)
+
+
+class _DurationCheckedSession:
+    """Checks the one documented difference between providers (`host_duration`: None
+    in-process, a float from a host) and hides it, so the same assertions serve both."""
+
+    def __init__(self, session: Session, timed: bool) -> None:
+        self._session = session
+        self._timed = timed
+
+    @property
+    def is_alive(self) -> bool:
+        return self._session.is_alive
+
+    async def execute(self, request: ExecuteRequest, delegate: SessionDelegate) -> StartedCell:
+        started = await self._session.execute(request, delegate)
+
+        async def initial_response() -> RuntimeResponse:
+            return _checked_response(await started.initial_response(), self._timed)
+
+        return StartedCell(started.cell_id, initial_response)
+
+    def _outcome(self, outcome: WaitOutcome) -> WaitOutcome:
+        response = _checked_response(outcome.response, self._timed)
+        return msgspec.structs.replace(outcome, response=response)
+
+    async def wait(self, request: WaitRequest) -> WaitOutcome:
+        return self._outcome(await self._session.wait(request))
+
+    async def terminate(self, cell_id: str) -> WaitOutcome:
+        return self._outcome(await self._session.terminate(cell_id))
+
+    async def shutdown(self) -> None:
+        await self._session.shutdown()
+
+
+class _CheckedProvider:
+    def __init__(self, provider: Provider, timed: bool) -> None:
+        self._provider = provider
+        self._timed = timed
+
+    async def create_session(self, limits: CellLimits | None = None) -> Session:
+        session = await self._provider.create_session(limits)
+        return _DurationCheckedSession(session, self._timed)
 
 
 @pytest.fixture

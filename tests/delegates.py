@@ -51,7 +51,8 @@ class RecordingDelegate:
             self.cancelled_tools.append(call.runtime_tool_call_id)
             self._record()
             if self.slow_cleanup is not None:
-                with trio.CancelScope(shield=True):
+                # Bounded, so that a failing test cannot hang the suite's teardown.
+                with trio.CancelScope(shield=True), trio.move_on_after(5):
                     await self.slow_cleanup.wait()
             raise
         return result

@@ -51,6 +51,9 @@ async def test_yield_timer_preempts_buffered_runtime_output(
     )
 
 
+# In-process only: with a host, the host-side initial observation usually takes the completion
+# (and the cell closes) before a terminate from the client arrives.
+@pytest.mark.parametrize("provider", ["in-process"], indirect=True)
 async def test_queued_termination_preempts_unobserved_runtime_completion(
     session: Session, delegate: RecordingDelegate
 ) -> None:
@@ -93,6 +96,9 @@ async def test_dropped_yield_observer_preserves_output_for_the_next_observation(
     assert texts(outcome) == ["first"]
 
 
+# In-process only: with a host, the host-side initial observation usually takes the completion
+# (and the cell closes) before a terminate from the client arrives.
+@pytest.mark.parametrize("provider", ["in-process"], indirect=True)
 async def test_only_the_first_termination_claims_a_buffered_completion(
     session: Session, delegate: RecordingDelegate
 ) -> None:
@@ -342,8 +348,8 @@ async def test_a_shielding_delegate_cannot_hold_termination_past_the_grace(
         await delegate.until(lambda: len(delegate.invocations) == 1)
         with trio.fail_after(3):
             outcome = await session.terminate("1")
+            await delegate.until(lambda: delegate.closed == ["1"])
         assert outcome == LiveCell(response=Terminated(cell_id="1", content_items=[]))
-        assert delegate.closed == ["1"]
         delegate.slow_cleanup.set()
 
 

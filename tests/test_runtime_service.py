@@ -267,6 +267,10 @@ async def test_shutdown_cancels_notifications_while_natural_completion_is_draini
     assert responses == [Terminated(cell_id="1", content_items=[InputText(text="done")])]
 
 
+# In-process only: with a host, the host's cleanup is over once its reverse call is cancelled;
+# the application's delegate cleanup runs on the client, after terminate returned (reference-host
+# section 6). Its counterpart for the process provider follows.
+@pytest.mark.parametrize("provider", ["in-process"], indirect=True)
 async def test_repeated_termination_is_rejected_while_callback_cleanup_is_pending(
     session: Session, delegate: RecordingDelegate
 ) -> None:
@@ -291,6 +295,23 @@ async def test_repeated_termination_is_rejected_while_callback_cleanup_is_pendin
             delegate.slow_cleanup.set()
     assert first == [LiveCell(response=Terminated(cell_id="1", content_items=[]))]
     assert delegate.closed == ["1"]
+
+
+@pytest.mark.parametrize("provider", ["process"], indirect=True)
+async def test_terminate_returns_before_delegate_cleanup_but_cell_closed_waits(
+    session: Session, delegate: RecordingDelegate
+) -> None:
+    delegate.hold_tools = True
+    delegate.slow_cleanup = trio.Event()
+    with trio.fail_after(10):
+        await execute(session, delegate, "await tools.slow({})", tools=[tool("slow")])
+        await delegate.until(lambda: len(delegate.invocations) == 1)
+        outcome = await session.terminate("1")
+        assert outcome == LiveCell(response=Terminated(cell_id="1", content_items=[]))
+        await delegate.until(lambda: delegate.cancelled_tools == ["tool-1"])
+        assert delegate.closed == []
+        delegate.slow_cleanup.set()
+        await delegate.until(lambda: delegate.closed == ["1"])
 
 
 async def test_second_observer_is_rejected_without_displacing_the_first(

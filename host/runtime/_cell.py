@@ -61,20 +61,18 @@ from codemode import (
     WaitOutcome,
     Yielded,
 )
+from codemode._callbacks import CLEANUP_GRACE, CallbackGroup
 from codemode.errors import (
     AlreadyTerminatingError,
     CodeModeError,
     ObserverBusyError,
     RuntimeEndedError,
+    tool_failure_message,
 )
 
-from ._callbacks import CallbackGroup
 from ._observer import Observer
 
 logger = logging.getLogger("codemode.runtime")
-
-CLEANUP_GRACE = 1.0
-"""Seconds a closing cell waits for its cancelled delegate calls (DESIGN section 4)."""
 
 _encode_json = msgspec.json.Encoder().encode
 _decode_json = msgspec.json.Decoder().decode
@@ -369,13 +367,11 @@ class RuntimeCell:
             payload = _encode_json(result)
         except ToolError as error:
             self._answer_tool(call_id, rejection=error.text)
-        except (TypeError, ValueError, OverflowError) as error:
-            self._answer_tool(call_id, rejection=f"tool {call.tool_name.name} failed: {error}")
         except Exception as error:
-            logger.warning("tool %s of exec cell %s raised", call.tool_name.name, self.cell_id,
-                           exc_info=True)  # fmt: skip
-            text = str(error) or type(error).__name__
-            self._answer_tool(call_id, rejection=f"tool {call.tool_name.name} failed: {text}")
+            if not isinstance(error, TypeError | ValueError | OverflowError):
+                logger.warning("tool %s of exec cell %s raised", call.tool_name.name,
+                               self.cell_id, exc_info=True)  # fmt: skip
+            self._answer_tool(call_id, rejection=tool_failure_message(call.tool_name.name, error))
         else:
             self._answer_tool(call_id, result_json=payload)
 

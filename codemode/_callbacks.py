@@ -1,5 +1,8 @@
 """Delegate calls of one cell (its tool calls, or its notifications) as cancellable tasks.
 
+Shared by the runtime (calls into the application) and the process provider (calls the host
+forwards to the application).
+
 Each call runs as a task of the session's nursery inside its own cancel scope, so the group can
 cancel them all without owning a nursery: a cell that ends waits for its calls to return *or*
 for a grace period (`wait_idle()` under a timeout), whichever comes first, and a delegate that
@@ -16,6 +19,9 @@ import trio
 
 Ts = TypeVarTuple("Ts")
 
+CLEANUP_GRACE = 1.0
+"""Seconds a closing cell waits for its cancelled delegate calls (DESIGN section 4)."""
+
 
 class CallbackGroup:
     """Tasks started in a borrowed nursery, each with a cancel scope this group owns."""
@@ -29,13 +35,14 @@ class CallbackGroup:
     def __len__(self) -> int:
         return len(self._scopes)
 
-    def start(self, fn: Callable[[*Ts], Awaitable[object]], *args: *Ts) -> None:
-        """Start `fn(*args)` as a task of the nursery, in a scope of this group."""
+    def start(self, fn: Callable[[*Ts], Awaitable[object]], *args: *Ts) -> trio.CancelScope:
+        """Start `fn(*args)` as a task of the nursery; returns the scope it runs in."""
         scope = trio.CancelScope()
         if not self._scopes:
             self._idle = trio.Event()
         self._scopes.add(scope)
         self._nursery.start_soon(self._run, scope, fn, *args)
+        return scope
 
     async def _run(
         self,

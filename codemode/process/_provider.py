@@ -1,0 +1,102 @@
+"""The process provider: one host process, spawned lazily and shared by its sessions.
+
+When the host dies, the next operation of each session spawns exactly one replacement (the
+spawn is serialised) and re-opens that session on it under the next generation.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import trio
+
+from .._api import CellLimits
+from ..errors import CodeModeError
+from ._connection import HostConnection, connect
+from ._host_process import default_host_command, spawn_host
+from ._session import ProcessSession
+
+SHUTDOWN_TIMEOUT = 5.0
+
+
+class ProcessProvider:
+    """Creates sessions served by a host process. Made by `open_process_provider()`."""
+
+    def __init__(self, command: list[str], nursery: trio.Nursery) -> None:
+        self._command = command
+        self._nursery = nursery
+        self._connection_now: HostConnection | None = None
+        self._spawn_lock = trio.Lock()
+        self._session_ids = itertools.count(1)
+        self._sessions: list[ProcessSession] = []
+        self._closed = False
+
+    async def create_session(self, limits: CellLimits | None = None) -> ProcessSession:
+        """A new session, opened on the host at once (spawning it if needed).
+
+        Raises:
+            CodeModeError: the host cannot be started, refused the session or its limits.
+        """
+        if self._closed:
+            raise CodeModeError("the code-mode provider is closed")
+        session = ProcessSession(self, limits or CellLimits())
+        self._sessions.append(session)
+        await session._bind()
+        return session
+
+    def _next_session_id(self) -> str:
+        return f"session-{next(self._session_ids)}"
+
+    async def _connection(self) -> HostConnection:
+        async with self._spawn_lock:
+            if self._closed:
+                raise CodeModeError("the code-mode provider is closed")
+            current = self._connection_now
+            if current is not None and current.alive:
+                return current
+            process = await spawn_host(self._command)
+            self._connection_now = await connect(self._command, self._nursery, process)
+            return self._connection_now
+
+    async def aclose(self) -> None:
+        """Shut every session down, then let the host exit (killed if it does not)."""
+        with trio.move_on_after(SHUTDOWN_TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                for session in self._sessions:
+                    nursery.start_soon(_shutdown_quietly, session)
+        self._closed = True
+        if self._connection_now is not None:
+            await self._connection_now.aclose()
+
+
+async def _shutdown_quietly(session: ProcessSession) -> None:
+    try:
+        await session.shutdown()
+    except CodeModeError:
+        pass
+
+
+@asynccontextmanager
+async def open_process_provider(
+    host_command: Sequence[str] | None = None,
+) -> AsyncIterator[ProcessProvider]:
+    """A provider whose sessions run in one host process, for the block's duration.
+
+    Args:
+        host_command: the argv of the host program (default: `default_host_command()`).
+
+    Resource handling: the host is spawned on first use. On exit every session is shut down,
+    the host's stdin is closed and the process reaped (killed after 5 s), shielded from
+    cancellation; no zombie or orphan is left.
+    """
+    command = list(host_command) if host_command is not None else default_host_command()
+    async with trio.open_nursery() as nursery:
+        provider = ProcessProvider(command, nursery)
+        try:
+            yield provider
+        finally:
+            with trio.CancelScope(shield=True):
+                await provider.aclose()
+            nursery.cancel_scope.cancel()
