@@ -11,7 +11,10 @@ import os
 import signal
 import stat
 from pathlib import Path
+from typing import Any
 
+import msgspec
+import pytest
 import trio
 import trio.testing
 
@@ -105,16 +108,8 @@ def execute_request(source: str) -> ExecuteRequest:
     return ExecuteRequest(tool_call_id="call-1", source=source)
 
 
-def with_fields(request: ExecuteRequest, **fields: object) -> ExecuteRequest:
-    values = {
-        "tool_call_id": request.tool_call_id,
-        "source": request.source,
-        "enabled_tools": request.enabled_tools,
-        "yield_time_ms": request.yield_time_ms,
-        "max_output_tokens": request.max_output_tokens,
-    }
-    values.update(fields)
-    return ExecuteRequest(**values)  # type: ignore[arg-type]
+def with_fields(request: ExecuteRequest, **fields: Any) -> ExecuteRequest:
+    return msgspec.structs.replace(request, **fields)
 
 
 def function_tool(name: str) -> ToolDefinition:
@@ -357,12 +352,8 @@ async def test_oversized_execute_request_does_not_close_the_shared_host() -> Non
         host_command=codemode.default_host_command()
     ) as provider:
         session = await provider.create_session()
-        try:
+        with pytest.raises(CodeModeError, match="IPC frame limit"):
             await session.execute(execute_request("x" * MAX_FRAME_BYTES), RecordingDelegate())
-        except CodeModeError as error:
-            assert "IPC frame limit" in str(error), f"unexpected error: {error}"
-        else:  # pragma: no cover
-            raise AssertionError("oversized execute should fail")
 
         actual = await execute(
             session, execute_request('text("still alive");'), RecordingDelegate()
@@ -447,12 +438,8 @@ async def test_oversized_initial_response_does_not_close_the_shared_host() -> No
             started = await session.execute(
                 execute_request(f'text("x".repeat({MAX_FRAME_BYTES}));'), RecordingDelegate()
             )
-            try:
+            with pytest.raises(CodeModeError, match="IPC frame limit"):
                 await started.initial_response()
-            except CodeModeError as error:
-                assert "IPC frame limit" in str(error), f"unexpected error: {error}"
-            else:  # pragma: no cover
-                raise AssertionError("oversized initial response should fail")
 
             actual = await execute(
                 session, execute_request('text("still alive");'), RecordingDelegate()
@@ -532,12 +519,8 @@ async def test_child_process_loss_cleans_up_and_rebuilds_the_shared_host(tmp_pat
             content_items=[InputText(text="replacement")],
             error_text=None,
         )
-        try:
+        with pytest.raises(CodeModeError, match="stale code-mode host generation"):
             await session_b.wait(WaitRequest(cell_id=cell_b, yield_time_ms=1))
-        except CodeModeError as stale_error:
-            assert "stale code-mode host generation" in str(stale_error)
-        else:  # pragma: no cover
-            raise AssertionError("stale cell should be rejected")
 
         with trio.fail_after(5):
             await session_a.shutdown()
