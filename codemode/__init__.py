@@ -37,8 +37,6 @@ from .errors import ObserverBusyError as ObserverBusyError
 from .errors import RuntimeEndedError as RuntimeEndedError
 from .errors import SessionShuttingDownError as SessionShuttingDownError
 from .errors import ToolError as ToolError
-from .process import default_host_command as default_host_command
-from .process import open_process_provider as open_process_provider
 from .protocol import MAX_FRAME_BYTES as MAX_FRAME_BYTES
 
 __all__ = [
@@ -82,13 +80,19 @@ __all__ = [
 
 if TYPE_CHECKING:
     from .inprocess import open_in_process_provider as open_in_process_provider
+    from .process import default_host_command as default_host_command
+    from .process import open_process_provider as open_process_provider
 
 
 def __getattr__(name: str) -> object:
-    # The in-process provider imports the host (and its C extension): only on first use, so
-    # that `import codemode` stays light for applications that use the process provider.
+    # The providers are imported on first use: the in-process one loads the host and its C
+    # extension, both load trio; `import codemode.protocol` (used by the host) stays sans-IO.
     if name == "open_in_process_provider":
         from .inprocess import open_in_process_provider
 
         return open_in_process_provider
+    if name in {"open_process_provider", "default_host_command"}:
+        from . import process
+
+        return getattr(process, name)
     raise AttributeError(f"module 'codemode' has no attribute {name!r}")

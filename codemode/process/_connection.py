@@ -16,9 +16,11 @@ Rules (reference-host 1.5, 1.6, 4.2 to 4.4):
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from functools import partial
 
 import trio
 
@@ -62,6 +64,8 @@ from ._host_process import forward_stderr
 logger = logging.getLogger("codemode.process")
 
 HANDSHAKE_TIMEOUT = 10.0
+UNCANCELLABLE_TIMEOUT = 60.0
+"""Bound on terminate and shutdown, which callers cannot cancel (reference-host 4.2)."""
 CLOSE_TIMEOUT = 5.0
 READ_CHUNK = 65536
 
@@ -149,6 +153,7 @@ class HostConnection:
         self.capabilities: frozenset[str] = frozenset()
         self.alive = True
         self.failure: str | None = None
+        self._background: set[trio.CancelScope] = set()
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -170,19 +175,37 @@ class HostConnection:
 
     def _start(self) -> None:
         assert self._process.stderr is not None
-        self._nursery.start_soon(forward_stderr, self._process.stderr)
-        self._nursery.start_soon(self._read_loop)
-        self._nursery.start_soon(self._supervise)
+        for task in (
+            partial(forward_stderr, self._process.stderr),
+            self._read_loop,
+            self._supervise,
+        ):
+            self._nursery.start_soon(self._run_background, task)
+
+    async def _run_background(self, task: Callable[[], Awaitable[None]]) -> None:
+        # The connection's own tasks outlive a cancellation of the provider's block: its
+        # shielded shutdown still needs the reader. `aclose` stops them (after the process).
+        scope = trio.CancelScope(shield=True)
+        self._background.add(scope)
+        try:
+            with scope:
+                await task()
+        finally:
+            self._background.discard(scope)
 
     async def aclose(self) -> None:
-        """Close stdin so the host exits; kill it if it has not within CLOSE_TIMEOUT."""
-        self._fail("code-mode host connection closed")
+        """Close stdin so the host exits (killed if it has not within CLOSE_TIMEOUT), then
+        stop the connection's tasks."""
         with trio.CancelScope(shield=True):
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                async with self._send_lock:
+                    await self._stdin.aclose()
             with trio.move_on_after(CLOSE_TIMEOUT):
                 await self._process.wait()
-            if self._process.returncode is None:
-                self._process.kill()
-                await self._process.wait()
+            self._fail("code-mode host connection closed")
+            await self._process.wait()
+        for scope in list(self._background):
+            scope.cancel()
 
     async def _supervise(self) -> None:
         status = await self._process.wait()
@@ -305,8 +328,11 @@ class HostConnection:
     ) -> HostResult:
         await self._send(frame)
         if not cancellable:
-            with trio.CancelScope(shield=True):
+            with trio.CancelScope(shield=True) as bounded:
+                bounded.deadline = trio.current_time() + UNCANCELLABLE_TIMEOUT
                 await pending.done.wait()
+            if bounded.cancelled_caught:
+                self._fail("code-mode host timed out waiting for a response")
         else:
             try:
                 await pending.done.wait()
@@ -450,7 +476,8 @@ class HostConnection:
         """Cancel the cell's calls; `cell_closed` once they returned or after the grace."""
         cell.calls.cancel("the cell closed")
         self._closing_cells.add(cell)
-        self._nursery.start_soon(self._finish_cell, cell)
+        # A background task: `cell_closed` is owed even if the provider's block is cancelled.
+        self._nursery.start_soon(self._run_background, partial(self._finish_cell, cell))
 
     async def _finish_cell(self, cell: ClientCell) -> None:
         with trio.move_on_after(CLEANUP_GRACE):
@@ -492,12 +519,12 @@ class HostConnection:
 
 
 async def connect(
-    command: list[str], nursery: trio.Nursery, process: trio.Process
+    process: trio.Process, nursery: trio.Nursery, handshake_timeout: float = HANDSHAKE_TIMEOUT
 ) -> HostConnection:
     """Handshake with a freshly spawned host; on any failure the process is killed and reaped."""
     connection = HostConnection(process, nursery)
     try:
-        with trio.fail_after(HANDSHAKE_TIMEOUT):
+        with trio.fail_after(handshake_timeout):
             await connection._handshake()
     except trio.TooSlowError:
         await _kill(process)

@@ -14,7 +14,7 @@ import trio
 
 from .._api import CellLimits
 from ..errors import CodeModeError
-from ._connection import HostConnection, connect
+from ._connection import HANDSHAKE_TIMEOUT, HostConnection, connect
 from ._host_process import default_host_command, spawn_host
 from ._session import ProcessSession
 
@@ -24,8 +24,9 @@ SHUTDOWN_TIMEOUT = 5.0
 class ProcessProvider:
     """Creates sessions served by a host process. Made by `open_process_provider()`."""
 
-    def __init__(self, command: list[str], nursery: trio.Nursery) -> None:
+    def __init__(self, command: list[str], nursery: trio.Nursery, handshake_timeout: float) -> None:
         self._command = command
+        self._handshake_timeout = handshake_timeout
         self._nursery = nursery
         self._connection_now: HostConnection | None = None
         self._spawn_lock = trio.Lock()
@@ -57,7 +58,7 @@ class ProcessProvider:
             if current is not None and current.alive:
                 return current
             process = await spawn_host(self._command)
-            self._connection_now = await connect(self._command, self._nursery, process)
+            self._connection_now = await connect(process, self._nursery, self._handshake_timeout)
             return self._connection_now
 
     async def aclose(self) -> None:
@@ -80,12 +81,15 @@ async def _shutdown_quietly(session: ProcessSession) -> None:
 
 @asynccontextmanager
 async def open_process_provider(
-    host_command: Sequence[str] | None = None,
+    host_command: Sequence[str] | None = None, *, handshake_timeout: float = HANDSHAKE_TIMEOUT
 ) -> AsyncIterator[ProcessProvider]:
     """A provider whose sessions run in one host process, for the block's duration.
 
     Args:
         host_command: the argv of the host program (default: `default_host_command()`).
+        handshake_timeout: seconds a freshly spawned host has to answer the handshake; past
+            it the host is killed and the operation fails with `timed out negotiating with
+            the code-mode host`.
 
     Resource handling: the host is spawned on first use. On exit every session is shut down,
     the host's stdin is closed and the process reaped (killed after 5 s), shielded from
@@ -93,7 +97,7 @@ async def open_process_provider(
     """
     command = list(host_command) if host_command is not None else default_host_command()
     async with trio.open_nursery() as nursery:
-        provider = ProcessProvider(command, nursery)
+        provider = ProcessProvider(command, nursery, handshake_timeout)
         try:
             yield provider
         finally:

@@ -1,0 +1,473 @@
+"""The host program on the wire, and the process provider's handling of its process
+(reference-host section 11: handshake, ordering, cancellation, frame limits, process lifetime)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+import codemode
+from codemode import (
+    CodeModeError,
+    Completed,
+    ExecuteRequest,
+    InputText,
+    LiveCell,
+    Terminated,
+    WaitRequest,
+    Yielded,
+)
+from codemode.protocol import (
+    LIMITS_CAPABILITY,
+    MAX_FRAME_BYTES,
+    NEED_DATA,
+    CellClosed,
+    DelegateCancel,
+    DelegateRequest,
+    DelegateResponse,
+    Err,
+    Execute,
+    ExecutionStarted,
+    FrameDecoder,
+    FrameEncoder,
+    Hello,
+    HostMessage,
+    InitialResponse,
+    InvalidHello,
+    MissingRequiredCapability,
+    NoCompatibleVersion,
+    NotificationDelivered,
+    NotificationSend,
+    Ok,
+    OpenSession,
+    OperationRequest,
+    OperationResponse,
+    Ready,
+    Rejected,
+    SessionClosed,
+    SessionReady,
+    ShutdownSession,
+    Terminate,
+    ToolInvoke,
+    ToolResult,
+    Wait,
+    WaitCompleted,
+)
+from tests.delegates import RecordingDelegate
+from tests.sessions import run, texts, tool
+
+HELLO = Hello(supported_versions=[1])
+
+
+class RawClient:
+    """A host process driven frame by frame."""
+
+    def __init__(self, process: trio.Process) -> None:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        self.process = process
+        self._stdin = process.stdin
+        self._stdout = process.stdout
+        self._encoder = FrameEncoder()
+        self._decoder: FrameDecoder[HostMessage] = FrameDecoder(HostMessage)  # type: ignore[arg-type]
+        self.stderr = b""
+
+    async def send(self, message: object) -> None:
+        await self._stdin.send_all(self._encoder.encode(message))
+
+    async def send_raw(self, data: bytes) -> None:
+        await self._stdin.send_all(data)
+
+    async def receive(self) -> HostMessage:
+        while (message := self._decoder.next_message()) is NEED_DATA:
+            chunk = await self._stdout.receive_some(65536)
+            assert chunk, "the host closed its stdout"
+            self._decoder.receive_data(chunk)
+        return message
+
+    async def receive_until_eof(self) -> list[HostMessage]:
+        messages: list[HostMessage] = []
+        while True:
+            message = self._decoder.next_message()
+            if message is not NEED_DATA:
+                messages.append(message)
+                continue
+            chunk = await self._stdout.receive_some(65536)
+            if not chunk:
+                return messages
+            self._decoder.receive_data(chunk)
+
+    async def request(self, request_id: int, request: object) -> OperationResponse:
+        await self.send(OperationRequest(id=request_id, request=request))  # type: ignore[arg-type]
+        message = await self.receive()
+        assert isinstance(message, OperationResponse), message
+        assert message.id == request_id
+        return message
+
+    async def close_stdin(self) -> None:
+        await self._stdin.aclose()
+
+    async def _collect_stderr(self) -> None:
+        assert self.process.stderr is not None
+        while chunk := await self.process.stderr.receive_some(65536):
+            self.stderr += chunk
+
+
+@asynccontextmanager
+async def raw_host(command: list[str] | None = None) -> AsyncIterator[RawClient]:
+    process = await trio.lowlevel.open_process(
+        command or codemode.default_host_command(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    client = RawClient(process)
+    try:
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(client._collect_stderr)
+                try:
+                    yield client
+                finally:
+                    # EOF: the host shuts down and exits, which ends the stderr collector.
+                    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                        await client.close_stdin()
+    finally:
+        if process.returncode is None:
+            process.kill()
+        with trio.CancelScope(shield=True):
+            await process.wait()
+
+
+async def handshake(client: RawClient, hello: Hello = HELLO) -> Ready:
+    await client.send(hello)
+    ready = await client.receive()
+    assert isinstance(ready, Ready), ready
+    return ready
+
+
+# ---- handshake -----------------------------------------------------------------------------
+
+
+async def test_handshake_and_multiple_session_lifecycles_are_ordered() -> None:
+    async with raw_host() as client:
+        assert await handshake(client) == Ready(selected_version=1, capabilities=[])
+        for request_id, session_id in ((1, "session-1"), (2, "session-2")):
+            response = await client.request(request_id, OpenSession(session_id=session_id))
+            assert response.result == Ok(value=SessionReady(session_id=session_id))
+        for request_id, session_id in ((3, "session-1"), (4, "session-2")):
+            response = await client.request(request_id, ShutdownSession(session_id=session_id))
+            assert response.result == Ok(value=SessionClosed(session_id=session_id))
+        await client.close_stdin()
+        assert await client.receive_until_eof() == []
+        assert await client.process.wait() == 0
+
+
+@pytest.mark.parametrize(
+    ("first", "reason"),
+    [
+        (Hello(supported_versions=[2]), NoCompatibleVersion(supported_versions=[1])),
+        (
+            OperationRequest(id=1, request=ShutdownSession(session_id="s")),
+            InvalidHello(message="first message must be connection/hello"),
+        ),
+        (
+            Hello(supported_versions=[1], required_capabilities=["teleportation"]),
+            MissingRequiredCapability(capability="teleportation"),
+        ),
+    ],
+    ids=["no-compatible-version", "invalid-hello", "missing-required-capability"],
+)
+async def test_incompatible_or_invalid_handshake_is_rejected(first: object, reason: object) -> None:
+    async with raw_host() as client:
+        await client.send(first)
+        assert await client.receive() == Rejected(reason=reason)  # type: ignore[arg-type]
+        assert await client.receive_until_eof() == []
+        assert await client.process.wait() == 0
+
+
+@pytest.mark.parametrize("listed_as", ["optional", "required"])
+async def test_session_resource_limits_are_negotiated_when_optional_or_required(
+    listed_as: str,
+) -> None:
+    hello = Hello(
+        supported_versions=[1],
+        optional_capabilities=[LIMITS_CAPABILITY] if listed_as == "optional" else [],
+        required_capabilities=[LIMITS_CAPABILITY] if listed_as == "required" else [],
+    )
+    async with raw_host() as client:
+        assert await handshake(client, hello) == Ready(
+            selected_version=1, capabilities=[LIMITS_CAPABILITY]
+        )
+
+
+async def test_host_exits_quietly_when_stdin_closes_before_the_handshake() -> None:
+    async with raw_host() as client:
+        await client.close_stdin()
+        assert await client.receive_until_eof() == []
+        assert await client.process.wait() == 0
+
+
+async def test_a_second_hello_is_fatal() -> None:
+    async with raw_host() as client:
+        await handshake(client)
+        await client.send(HELLO)
+        assert await client.receive_until_eof() == []
+        assert await client.process.wait() != 0
+    assert b"received a second code-mode client hello" in client.stderr
+
+
+async def test_an_oversized_incoming_frame_is_fatal_before_it_is_buffered() -> None:
+    async with raw_host() as client:
+        await handshake(client)
+        await client.send_raw((MAX_FRAME_BYTES + 1).to_bytes(4, "little"))
+        assert await client.receive_until_eof() == []
+        assert await client.process.wait() != 0
+    assert f"code-mode IPC frame length {MAX_FRAME_BYTES + 1} exceeds".encode() in client.stderr
+
+
+async def test_session_id_cannot_be_reused_after_shutdown() -> None:
+    async with raw_host() as client:
+        await handshake(client)
+        await client.request(1, OpenSession(session_id="session-1"))
+        await client.request(2, ShutdownSession(session_id="session-1"))
+        response = await client.request(3, OpenSession(session_id="session-1"))
+        assert response.result == Err(message="code-mode session ID `session-1` was reused")
+        response = await client.request(4, ShutdownSession(session_id="nope"))
+        assert response.result == Err(message="unknown code-mode session nope")
+
+
+# ---- ordering and reverse calls ------------------------------------------------------------
+
+
+async def test_yield_notification_and_terminal_output_frames() -> None:
+    source = (
+        'setTimeout(() => {}, 60000); text("hello"); yield_control(); notify("note");'
+        ' text("world");'
+    )
+    request = ExecuteRequest(tool_call_id="call-1", source=source, yield_time_ms=60_000)
+    async with raw_host() as client:
+        await handshake(client)
+        await client.request(1, OpenSession(session_id="s"))
+        await client.send(OperationRequest(id=2, request=Execute(session_id="s", request=request)))
+        started = await client.receive()
+        assert started == OperationResponse(id=2, result=Ok(value=ExecutionStarted(cell_id="1")))
+        frames = [await client.receive(), await client.receive()]
+        initial = next(f for f in frames if isinstance(f, InitialResponse))
+        note = next(f for f in frames if isinstance(f, DelegateRequest))
+        assert isinstance(initial.result, Ok)
+        assert isinstance(initial.result.value, Yielded)
+        assert initial.result.value.content_items == [InputText(text="hello")]
+        assert note.request == NotificationSend(call_id="call-1", cell_id="1", text="note")
+        await client.send(DelegateResponse(id=note.id, result=Ok(value=NotificationDelivered())))
+
+        await client.send(
+            OperationRequest(id=3, request=Wait(session_id="s", request=WaitRequest(cell_id="1")))
+        )
+        rest = [await client.receive(), await client.receive()]
+        closed = CellClosed(session_id="s", cell_id="1")
+        assert closed in rest  # before or after the wait's response: both orders are allowed
+        (response,) = [m for m in rest if isinstance(m, OperationResponse)]
+        assert isinstance(response.result, Ok)
+        assert isinstance(response.result.value, WaitCompleted)
+        outcome = response.result.value.outcome
+        assert isinstance(outcome, LiveCell)
+        assert isinstance(outcome.response, Completed)
+        assert outcome.response.content_items == [InputText(text="world")]
+        shutdown = await client.request(4, ShutdownSession(session_id="s"))
+        assert shutdown.result == Ok(value=SessionClosed(session_id="s"))
+        await client.close_stdin()
+        assert await client.process.wait() == 0
+
+
+async def test_termination_cancels_a_reverse_call_and_ignores_its_late_answer() -> None:
+    request = ExecuteRequest(
+        tool_call_id="c", source="await tools.t({})", enabled_tools=[tool("t")], yield_time_ms=0
+    )
+    async with raw_host() as client:
+        await handshake(client)
+        await client.request(1, OpenSession(session_id="s"))
+        await client.send(OperationRequest(id=2, request=Execute(session_id="s", request=request)))
+        seen = [await client.receive() for _ in range(3)]
+        call = next(m for m in seen if isinstance(m, DelegateRequest))
+        assert isinstance(call.request, ToolInvoke)
+        assert call.request.invocation.runtime_tool_call_id == "tool-1"
+
+        await client.send(OperationRequest(id=3, request=Terminate(session_id="s", cell_id="1")))
+        rest = [await client.receive() for _ in range(3)]
+        assert DelegateCancel(id=call.id) in rest
+        assert CellClosed(session_id="s", cell_id="1") in rest
+        # cell/closed comes after the cell's initial response (sent earlier).
+        (response,) = [m for m in rest if isinstance(m, OperationResponse)]
+        assert isinstance(response.result, Ok)
+        assert isinstance(response.result.value, WaitCompleted)
+        assert isinstance(response.result.value.outcome.response, Terminated)
+
+        # A late answer to the cancelled call is dropped; the host keeps serving.
+        await client.send(DelegateResponse(id=call.id, result=Ok(value=ToolResult(result=1))))
+        shutdown = await client.request(4, ShutdownSession(session_id="s"))
+        assert shutdown.result == Ok(value=SessionClosed(session_id="s"))
+
+
+async def test_cell_closed_is_never_sent_before_the_initial_response() -> None:
+    request = ExecuteRequest(tool_call_id="c", source='text("quick")')
+    async with raw_host() as client:
+        await handshake(client)
+        await client.request(1, OpenSession(session_id="s"))
+        await client.send(OperationRequest(id=2, request=Execute(session_id="s", request=request)))
+        frames = [await client.receive() for _ in range(3)]
+        assert [type(f).__name__ for f in frames] == [
+            "OperationResponse",
+            "InitialResponse",
+            "CellClosed",
+        ]
+
+
+# ---- the process provider and its process ---------------------------------------------------
+
+NOISY_HOST = """
+import builtins, sys
+import codemode_host.server as server
+original = server._Host.dispatch
+def noisy(self, message):
+    print("stray print on stdout", flush=True)
+    return original(self, message)
+server._Host.dispatch = noisy
+from codemode_host.__main__ import main
+main()
+"""
+
+
+async def test_stray_prints_never_corrupt_the_stream_and_reach_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="codemode.host")
+    async with codemode.open_process_provider([sys.executable, "-c", NOISY_HOST]) as provider:
+        session = await provider.create_session()
+        delegate = RecordingDelegate()
+        with trio.fail_after(10):
+            response = await run(session, delegate, 'text("clean")')
+            await session.shutdown()
+    assert texts(response) == ["clean"]
+    assert "code-mode host stderr: stray print on stdout" in caplog.text
+
+
+async def test_handshake_timeout_kills_the_silent_host() -> None:
+    silent = [sys.executable, "-c", "import time; time.sleep(60)"]
+    async with codemode.open_process_provider(silent, handshake_timeout=0.5) as provider:
+        with trio.fail_after(10), pytest.raises(CodeModeError, match=r"^timed out negotiating"):
+            await provider.create_session()
+
+
+async def test_a_host_that_cannot_be_spawned_is_reported() -> None:
+    async with codemode.open_process_provider(["/nonexistent/codemode-host"]) as provider:
+        with pytest.raises(
+            CodeModeError, match=r"^failed to spawn code-mode host /nonexistent/codemode-host: "
+        ):
+            await provider.create_session()
+
+
+def _pid_of(pid_path: Path) -> int:
+    return int(pid_path.read_text().strip())
+
+
+def _state(pid: int) -> str:
+    """The process state letter (`R`, `S`, `Z`...), or `gone` once it was reaped."""
+    try:
+        status = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return "gone"
+    return status.rsplit(") ", 1)[1][0]
+
+
+def _gone(pid: int) -> bool:
+    """Reaped: neither running nor a zombie."""
+    return _state(pid) in {"gone", "X"}
+
+
+def _dead(pid: int) -> bool:
+    """Not running (a zombie whose parent is gone waits for init to reap it)."""
+    return _state(pid) in {"gone", "X", "Z"}
+
+
+@pytest.mark.parametrize("ending", ["normal", "cancelled"])
+async def test_no_zombie_or_orphan_host_is_left(tmp_path: Path, ending: str) -> None:
+    from tests.test_seed_stdio import host_proxy
+
+    proxy, pid_path = host_proxy(tmp_path)
+    with trio.fail_after(20):
+        with trio.CancelScope() as scope:
+            async with codemode.open_process_provider([str(proxy)]) as provider:
+                session = await provider.create_session()
+                await run(session, RecordingDelegate(), "for (;;) {}", yield_time_ms=0)
+                if ending == "cancelled":
+                    scope.cancel()
+                    await trio.sleep_forever()
+        assert _gone(_pid_of(pid_path))
+
+
+PARENT = """
+import subprocess, sys
+child = subprocess.Popen(sys.argv[1:], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+print(child.pid, flush=True)
+sys.stdin.read()
+"""
+
+
+async def test_the_host_dies_with_its_parent() -> None:
+    parent = await trio.lowlevel.open_process(
+        [sys.executable, "-c", PARENT, *codemode.default_host_command()],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert parent.stdout is not None
+        with trio.fail_after(10):
+            line = b""
+            while not line.endswith(b"\n"):
+                line += await parent.stdout.receive_some(64)
+            host_pid = int(line)
+            parent.kill()
+            await parent.wait()
+            # The host is the parent's child, not ours: no event tells us it died, so poll
+            # the kernel's view of it.
+            while not _dead(host_pid):  # noqa: ASYNC110
+                await trio.sleep(0.01)
+    finally:
+        if parent.returncode is None:
+            parent.kill()
+        await parent.wait()
+
+
+async def test_each_session_reopens_on_one_new_host_after_a_loss(tmp_path: Path) -> None:
+    from tests.test_seed_stdio import host_proxy
+
+    proxy, pid_path = host_proxy(tmp_path)
+    async with codemode.open_process_provider([str(proxy)]) as provider:
+        first, second = await provider.create_session(), await provider.create_session()
+        delegate = RecordingDelegate()
+        with trio.fail_after(20):
+            await run(first, delegate, "1")
+            old_pid = _pid_of(pid_path)
+            os.kill(old_pid, signal.SIGKILL)
+            # The first operations may still see the dead host; one of them spawns the next.
+            while _pid_of(pid_path) == old_pid:
+                with contextlib.suppress(CodeModeError):
+                    await run(first, delegate, "1")
+            new_pid = _pid_of(pid_path)
+            response = await run(second, delegate, 'text("again")')
+            assert response.cell_id == "g2:1"
+            assert _pid_of(pid_path) == new_pid
+            await first.shutdown()
+            await second.shutdown()

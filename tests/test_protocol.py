@@ -1,0 +1,294 @@
+"""The wire protocol and its sans-IO codec (reference-host 2; DESIGN section 3)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from codemode import (
+    CellLimits,
+    Completed,
+    ExecuteRequest,
+    ImageDetail,
+    InputImage,
+    InputText,
+    LiveCell,
+    MissingCell,
+    NestedToolCall,
+    Terminated,
+    ToolDefinition,
+    ToolKind,
+    ToolName,
+    WaitRequest,
+    Yielded,
+)
+from codemode.protocol import (
+    MAX_FRAME_BYTES,
+    NEED_DATA,
+    CellClosed,
+    ClientMessage,
+    DelegateCancel,
+    DelegateRequest,
+    DelegateResponse,
+    Err,
+    Execute,
+    ExecutionStarted,
+    FrameDecodeError,
+    FrameDecoder,
+    FrameEncoder,
+    FrameTooLargeError,
+    Hello,
+    HostMessage,
+    InitialResponse,
+    InvalidHello,
+    MissingRequiredCapability,
+    NoCompatibleVersion,
+    NotificationDelivered,
+    NotificationSend,
+    Ok,
+    OpenSession,
+    OperationCancel,
+    OperationRequest,
+    OperationResponse,
+    ProtocolError,
+    Ready,
+    Rejected,
+    SessionClosed,
+    SessionReady,
+    ShutdownSession,
+    Terminate,
+    ToolInvoke,
+    ToolResult,
+    Wait,
+    WaitCompleted,
+)
+
+TOOL = ToolDefinition(
+    name="echo",
+    tool_name=ToolName.namespaced("mcp__x__", "echo"),
+    description="d",
+    kind=ToolKind.FREEFORM,
+    input_schema={"type": "object"},
+)
+CALL = NestedToolCall(
+    cell_id="1",
+    runtime_tool_call_id="tool-1",
+    tool_name=ToolName.plain("echo"),
+    tool_kind=ToolKind.FUNCTION,
+    input={"n": 9007199254740991, "s": "a\u0000b"},
+)
+
+CLIENT_MESSAGES: list[object] = [
+    Hello(supported_versions=[1], optional_capabilities=["session-cell-execution-resource-limits"]),
+    OperationRequest(
+        id=1,
+        request=OpenSession(
+            session_id="session-1", cell_execution_limits=CellLimits(max_yield_time_ms=5)
+        ),
+    ),
+    OperationRequest(
+        id=2,
+        request=Execute(
+            session_id="session-1",
+            request=ExecuteRequest(
+                tool_call_id="call-1", source="text(1)", enabled_tools=[TOOL], yield_time_ms=25
+            ),
+        ),
+    ),
+    OperationRequest(
+        id=3, request=Wait(session_id="s", request=WaitRequest(cell_id="1", yield_time_ms=50))
+    ),
+    OperationRequest(id=4, request=Terminate(session_id="s", cell_id="1")),
+    OperationRequest(id=5, request=ShutdownSession(session_id="s")),
+    OperationCancel(id=2),
+    DelegateResponse(id=6, result=Ok(value=ToolResult(result={"answer": 42}))),
+    DelegateResponse(id=7, result=Ok(value=NotificationDelivered())),
+    DelegateResponse(id=8, result=Err(message="tool failed")),
+]
+
+HOST_MESSAGES: list[object] = [
+    Ready(selected_version=1, capabilities=[]),
+    Rejected(reason=NoCompatibleVersion(supported_versions=[1])),
+    Rejected(reason=MissingRequiredCapability(capability="x")),
+    Rejected(reason=InvalidHello(message="first message must be connection/hello")),
+    OperationResponse(id=1, result=Ok(value=SessionReady(session_id="session-1"))),
+    OperationResponse(id=2, result=Ok(value=ExecutionStarted(cell_id="1"))),
+    OperationResponse(
+        id=3,
+        result=Ok(
+            value=WaitCompleted(
+                outcome=LiveCell(
+                    response=Yielded(
+                        cell_id="1",
+                        content_items=[
+                            InputText(text="hello"),
+                            InputImage(image_url="data:,", detail=ImageDetail.ORIGINAL),
+                        ],
+                        host_duration=0.5,
+                    )
+                )
+            )
+        ),
+    ),
+    OperationResponse(
+        id=4,
+        result=Ok(
+            value=WaitCompleted(
+                outcome=MissingCell(
+                    response=Completed(
+                        cell_id="9", content_items=[], error_text="exec cell 9 not found"
+                    )
+                )
+            )
+        ),
+    ),
+    OperationResponse(id=5, result=Ok(value=SessionClosed(session_id="s"))),
+    OperationResponse(id=6, result=Err(message="unknown code-mode session s")),
+    InitialResponse(id=2, result=Ok(value=Terminated(cell_id="1", content_items=[]))),
+    InitialResponse(id=8, result=Err(message="execution failed")),
+    DelegateRequest(id=10, session_id="s", request=ToolInvoke(invocation=CALL)),
+    DelegateRequest(
+        id=11,
+        session_id="s",
+        request=NotificationSend(call_id="call-1", cell_id="1", text="important"),
+    ),
+    DelegateCancel(id=11),
+    CellClosed(session_id="s", cell_id="1"),
+]
+
+
+def frames_of(messages: list[object]) -> bytes:
+    encoder = FrameEncoder()
+    return b"".join(encoder.encode(message) for message in messages)
+
+
+def decode_all(decoder: FrameDecoder[object]) -> list[object]:
+    out = []
+    while (message := decoder.next_message()) is not NEED_DATA:
+        out.append(message)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("messages", "union"),
+    [(CLIENT_MESSAGES, ClientMessage), (HOST_MESSAGES, HostMessage)],
+    ids=["client-to-host", "host-to-client"],
+)
+def test_every_message_round_trips(messages: list[object], union: object) -> None:
+    decoder: FrameDecoder[object] = FrameDecoder(union)  # type: ignore[arg-type]
+    decoder.receive_data(frames_of(messages))
+    assert decode_all(decoder) == messages
+    assert decoder.buffered == 0
+
+
+def test_byte_by_byte_and_trailing_bytes() -> None:
+    data = frames_of(HOST_MESSAGES)
+    decoder: FrameDecoder[object] = FrameDecoder(HostMessage)  # type: ignore[arg-type]
+    decoded: list[object] = []
+    for i in range(len(data)):
+        decoder.receive_data(data[i : i + 1])
+        decoded += decode_all(decoder)
+    assert decoded == HOST_MESSAGES
+    decoder.receive_data(b"\x05\x00")
+    assert decoder.next_message() is NEED_DATA
+    assert decoder.buffered == 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    indices=st.lists(st.integers(0, len(HOST_MESSAGES) - 1), max_size=20),
+    cuts=st.lists(st.integers(0, 4096), max_size=30),
+)
+def test_any_frame_sequence_cut_anywhere_decodes_the_same(
+    indices: list[int], cuts: list[int]
+) -> None:
+    messages = [HOST_MESSAGES[i] for i in indices]
+    data = frames_of(messages)
+    points = sorted({min(c, len(data)) for c in cuts})
+    chunks = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
+    decoder: FrameDecoder[object] = FrameDecoder(HostMessage)  # type: ignore[arg-type]
+    decoded: list[object] = []
+    for chunk in chunks:
+        decoder.receive_data(chunk)
+        decoded += decode_all(decoder)
+    assert decoded == messages
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=512))
+def test_random_bytes_raise_only_protocol_errors(data: bytes) -> None:
+    decoder: FrameDecoder[object] = FrameDecoder(ClientMessage)  # type: ignore[arg-type]
+    decoder.receive_data(data)
+    try:
+        decode_all(decoder)
+    except ProtocolError:
+        pass
+
+
+def test_declared_length_is_checked_before_the_payload_arrives() -> None:
+    decoder: FrameDecoder[object] = FrameDecoder(HostMessage)  # type: ignore[arg-type]
+    decoder.receive_data((MAX_FRAME_BYTES + 1).to_bytes(4, "little"))
+    with pytest.raises(
+        FrameTooLargeError, match=f"^code-mode IPC frame length {MAX_FRAME_BYTES + 1} exceeds"
+    ):
+        decoder.next_message()
+
+
+def test_a_payload_of_exactly_the_limit_is_allowed() -> None:
+    decoder: FrameDecoder[object] = FrameDecoder(HostMessage)  # type: ignore[arg-type]
+    decoder.receive_data(MAX_FRAME_BYTES.to_bytes(4, "little"))
+    assert decoder.next_message() is NEED_DATA
+
+
+def test_oversized_messages_are_refused_by_the_encoder() -> None:
+    message = DelegateResponse(id=1, result=Ok(value=ToolResult(result="x" * MAX_FRAME_BYTES)))
+    with pytest.raises(FrameTooLargeError, match="exceeds 67108864 bytes"):
+        FrameEncoder().encode(message)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"type": "operation/cancel", "id": 1, "extra": True},
+        {
+            "type": "operation/request",
+            "id": 1,
+            "request": {"method": "session/shutdown", "session_id": "s", "extra": 1},
+        },
+        {
+            "type": "operation/request",
+            "id": 1,
+            "request": {
+                "method": "session/wait",
+                "session_id": "s",
+                "request": {"cell_id": "1", "yield_time_ms": 1, "extra": 1},
+            },
+        },
+        {
+            "type": "delegate/response",
+            "id": 1,
+            "result": {"status": "ok", "value": {"type": "notification/delivered", "x": 1}},
+        },
+        {"type": "connection/hello"},
+        {"type": "no/such/type"},
+    ],
+)
+def test_unknown_fields_and_types_are_rejected_at_every_level(payload: dict[str, object]) -> None:
+    body = msgspec.msgpack.encode(payload)
+    decoder: FrameDecoder[object] = FrameDecoder(ClientMessage)  # type: ignore[arg-type]
+    decoder.receive_data(len(body).to_bytes(4, "little") + body)
+    with pytest.raises(FrameDecodeError, match=r"^failed to decode code-mode IPC frame: "):
+        decoder.next_message()
+
+
+def test_the_protocol_package_does_no_io() -> None:
+    code = "import codemode.protocol, sys; print(sorted(m for m in ('trio', 'socket', 'asyncio') if m in sys.modules))"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
