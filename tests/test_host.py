@@ -471,3 +471,30 @@ async def test_each_session_reopens_on_one_new_host_after_a_loss(tmp_path: Path)
             assert _pid_of(pid_path) == new_pid
             await first.shutdown()
             await second.shutdown()
+
+
+async def test_process_provider_leaves_no_file_descriptors(tmp_path: Path) -> None:
+    from tests.test_seed_stdio import host_proxy
+
+    def fds() -> int:
+        import gc
+
+        gc.collect()
+        return len(os.listdir("/proc/self/fd"))
+
+    proxy, pid_path = host_proxy(tmp_path)
+    async with codemode.open_process_provider([str(proxy)]):
+        pass
+    before = fds()
+    with trio.fail_after(20):
+        async with codemode.open_process_provider([str(proxy)]) as provider:
+            session = await provider.create_session()
+            await run(session, RecordingDelegate(), "1")
+            os.kill(_pid_of(pid_path), signal.SIGKILL)  # a lost host is cleaned up too
+            while True:
+                try:
+                    await run(session, RecordingDelegate(), "1")
+                    break
+                except CodeModeError:
+                    pass
+    assert fds() == before

@@ -210,6 +210,8 @@ class HostConnection:
     async def _supervise(self) -> None:
         status = await self._process.wait()
         self._fail(f"code-mode host exited with status {status}")
+        async with self._send_lock:
+            await self._stdin.aclose()
 
     # ---- the wire --------------------------------------------------------------------------
 
@@ -246,8 +248,9 @@ class HostConnection:
 
     async def _read_loop(self) -> None:
         try:
-            while (message := await self._read_message()) is not None:
-                self._dispatch(message)
+            async with self._stdout:
+                while (message := await self._read_message()) is not None:
+                    self._dispatch(message)
         except ProtocolError as error:
             self._fail(f"failed to read code-mode host message: {error}")
         except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
