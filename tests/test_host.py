@@ -498,3 +498,23 @@ async def test_process_provider_leaves_no_file_descriptors(tmp_path: Path) -> No
                 except CodeModeError:
                     pass
     assert fds() == before
+
+
+async def test_an_execute_abandoned_before_admission_leaves_the_session_usable() -> None:
+    async with codemode.open_process_provider() as provider:
+        session = await provider.create_session()
+        delegate = RecordingDelegate()
+        with trio.fail_after(10):
+            # Cancelled while its request is in flight: the cell, once admitted, is terminated.
+            with trio.move_on_after(0):
+                await session.execute(
+                    ExecuteRequest(tool_call_id="c", source="for (;;) {}"), delegate
+                )
+            response = await run(session, delegate, 'text("usable")')
+            assert texts(response) == ["usable"]
+            if response.cell_id == "2":
+                # The abandoned execute reached the host: its spinning cell was terminated.
+                await delegate.until(lambda: "1" in delegate.closed)
+            else:
+                assert response.cell_id == "1"  # cancelled before its frame was sent
+            await session.shutdown()

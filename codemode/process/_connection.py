@@ -284,7 +284,6 @@ class HostConnection:
         except FrameTooLargeError as error:
             raise CodeModeError(f"code-mode request exceeds the IPC frame limit: {error}") from None
         pending = _Pending()
-        self._pending[request_id] = pending
         return self._unwrap(await self._await(request_id, frame, pending, cancellable, on_abandon))
 
     async def execute(
@@ -309,8 +308,6 @@ class HostConnection:
             ) from None
         pending = _Pending()
         pending.execute = context = _ExecuteContext(session_id, delegate, public_id)
-        self._pending[request_id] = pending
-        self._initial[request_id] = context.initial
         response = self._unwrap(await self._await(request_id, frame, pending, True, None))
         if not isinstance(response, ExecutionStarted):
             raise CodeModeError("code-mode host returned an invalid execute response")
@@ -330,6 +327,12 @@ class HostConnection:
         on_abandon: Callable[[trio.Event], None] | None,
     ) -> HostResult:
         await self._send(frame)
+        # Registered once sent (no checkpoint in between, so the answer cannot come first): a
+        # caller cancelled before its frame left leaves nothing behind.
+        self._check_alive()
+        self._pending[request_id] = pending
+        if pending.execute is not None:
+            self._initial[request_id] = pending.execute.initial
         if not cancellable:
             with trio.CancelScope(shield=True) as bounded:
                 bounded.deadline = trio.current_time() + UNCANCELLABLE_TIMEOUT
