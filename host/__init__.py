@@ -1,5 +1,6 @@
 """codemode_host: the code-mode host, which runs cells in QuickJS.
 
 Layers, each knowing only the one below it (DESIGN section 1): `engine` (the QuickJS binding
-and the cell globals), then the runtime (sessions and cells) and the server (the wire).
+and the cell globals), `runtime` (sessions, cells, observers, delegate calls; no wire), and
+`server` (frames <-> runtime), run on stdin/stdout by `__main__` (`codemode-host`).
 """

@@ -22,6 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
 
+import msgspec
 import trio
 
 from .._api import ExecuteRequest, RuntimeResponse, SessionDelegate
@@ -442,14 +443,8 @@ class HostConnection:
         result: Ok[ToolResult | NotificationDelivered] | Err
         try:
             if isinstance(request, ToolInvoke):
-                call = request.invocation
-                invocation = type(call)(
-                    cell_id=cell.public_id,
-                    runtime_tool_call_id=call.runtime_tool_call_id,
-                    tool_name=call.tool_name,
-                    tool_kind=call.tool_kind,
-                    input=call.input,
-                )
+                # The delegate sees the public cell id (`g2:1` after a host restart).
+                invocation = msgspec.structs.replace(request.invocation, cell_id=cell.public_id)
                 value = await cell.delegate.invoke_tool(invocation)
                 result = Ok(value=ToolResult(result=value))
             else:
