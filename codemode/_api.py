@@ -232,6 +232,14 @@ class CellLimits(_Value, frozen=True):
     max_yield_time_ms: int | None = None
     max_heap_size_bytes: int | None = None
 
+    def problem(self) -> str | None:
+        """What makes these limits invalid, or None if they are valid."""
+        if self.max_yield_time_ms is not None and self.max_yield_time_ms < 0:
+            return f"max_yield_time_ms must not be negative, got {self.max_yield_time_ms}"
+        if self.max_heap_size_bytes is not None and self.max_heap_size_bytes <= 0:
+            return f"max_heap_size_bytes must be positive, got {self.max_heap_size_bytes}"
+        return None
+
 
 class SessionDelegate(Protocol):
     """What the application provides to a session's cells.

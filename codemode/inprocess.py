@@ -22,15 +22,6 @@ SHUTDOWN_TIMEOUT = 5.0
 """Seconds the provider's exit waits for its sessions to shut down before cancelling them."""
 
 
-def _check_limits(limits: CellLimits) -> None:
-    for name in ("max_yield_time_ms", "max_heap_size_bytes"):
-        value = getattr(limits, name)
-        if value is not None and (not isinstance(value, int) or value < 0):
-            raise CodeModeError(f"{name} must be a non-negative integer, got {value!r}")
-    if limits.max_heap_size_bytes == 0:
-        raise CodeModeError("max_heap_size_bytes must be positive")
-
-
 class InProcessProvider:
     """Creates sessions that run in this process. Made by `open_in_process_provider()`."""
 
@@ -50,7 +41,9 @@ class InProcessProvider:
         if self._closed:
             raise CodeModeError("the code-mode provider is closed")
         limits = limits or CellLimits()
-        _check_limits(limits)
+        problem = limits.problem()
+        if problem is not None:
+            raise CodeModeError(f"invalid code-mode session execution limits: {problem}")
         session = RuntimeSession(self._engine, self._nursery, limits)
         self._sessions.append(session)
         return session

@@ -325,11 +325,9 @@ class _Host:
                 message="invalid code-mode session execution limits:"
                 f" {LIMITS_CAPABILITY} was not negotiated"
             )
-        if limits.max_heap_size_bytes == 0:
-            return Err(
-                message="invalid code-mode session execution limits:"
-                " max_heap_size_bytes must be positive"
-            )
+        problem = limits.problem()
+        if problem is not None:
+            return Err(message=f"invalid code-mode session execution limits: {problem}")
         self._seen_sessions.add(session_id)
         self._sessions[session_id] = RuntimeSession(self._engine, self._nursery, limits)
         self._routes[session_id] = set()

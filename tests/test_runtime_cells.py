@@ -24,7 +24,7 @@ from codemode import (
     WaitRequest,
     Yielded,
 )
-from codemode.errors import AlreadyTerminatingError, ObserverBusyError
+from codemode.errors import AlreadyTerminatingError, CodeModeError, ObserverBusyError
 from tests.conftest import Provider
 from tests.delegates import RecordingDelegate
 from tests.sessions import LONG_MS, execute, run, texts, tool
@@ -396,3 +396,19 @@ async def test_tool_exceptions_reject_the_promise(session: Session) -> None:
         "tool t failed: boom",
         "tool t failed: Encoding objects of type object is unsupported",
     ]
+
+
+@pytest.mark.parametrize(
+    ("limits", "problem"),
+    [
+        (CellLimits(max_yield_time_ms=-1), "max_yield_time_ms must not be negative, got -1"),
+        (CellLimits(max_heap_size_bytes=0), "max_heap_size_bytes must be positive, got 0"),
+    ],
+)
+async def test_invalid_limits_are_refused(
+    provider: Provider, limits: CellLimits, problem: str
+) -> None:
+    with pytest.raises(
+        CodeModeError, match=f"^invalid code-mode session execution limits: {problem}$"
+    ):
+        await provider.create_session(limits=limits)
