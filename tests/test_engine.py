@@ -435,3 +435,44 @@ async def test_spinning_cells_do_not_starve_other_cells() -> None:
             assert run.texts == ["served"]
             assert engine.worker_threads == 2
             spinner.close()
+
+
+SUSPENDED = {
+    "module-variable": "const p = new Promise(() => {}); await p;",
+    "global": "globalThis.p = new Promise(() => {}); await p;",
+    "prototype": "Object.prototype.keep = new Promise(() => {}); await Object.prototype.keep;",
+    "nested-async": "async function f() { await new Promise(() => {}); } await f();",
+    "tool-call": "await tools.t({});",
+    "timer": "await new Promise((resolve) => setTimeout(resolve, 1e9));",
+}
+
+
+@pytest.mark.parametrize("source", SUSPENDED.values(), ids=SUSPENDED.keys())
+@pytest.mark.parametrize("ending", ["close", "interrupt-then-close"])
+async def test_freeing_a_cell_suspended_at_top_level_await(
+    engine: Engine, source: str, ending: str
+) -> None:
+    """Regression: QuickJS-ng frees module records before a suspended module's callbacks; a
+    build with CODEMODE_SANITIZE=1 reported a use-after-free here before cells stopped being
+    evaluated as suspended modules (docs/engine.md, "Checking the binding")."""
+    with trio.fail_after(10):
+        cell = engine.start_cell(f'text("ready"); {source}', tools=[CellTool("t")])
+        await wait_for(cell, lambda e: e == TextOutput("ready"))
+        if ending == "interrupt-then-close":
+            cell.interrupt()
+            await wait_for(cell, is_finished)
+        cell.close()
+        run = await run_cell(engine, 'text("next")')
+    assert run.texts == ["next"]
+
+
+async def test_export_statements_are_syntax_errors(engine: Engine) -> None:
+    run = await run_cell(engine, "export const x = 1;")
+    assert run.error is not None
+    assert run.error.startswith("SyntaxError: ")
+
+
+async def test_stack_positions_are_the_sources_own(engine: Engine) -> None:
+    run = await run_cell(engine, 'text("a");\nthrow new Error("line two");')
+    assert run.error is not None
+    assert run.error.splitlines()[1] == "    at <anonymous> (exec_main.mjs:2:11)"

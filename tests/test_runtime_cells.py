@@ -71,10 +71,14 @@ async def test_observation_dropped_before_dequeue_does_not_consume_output(
     session: Session, delegate: RecordingDelegate
 ) -> None:
     with trio.fail_after(10):
-        started = await execute(session, delegate, 'text("kept"); await new Promise(() => {})')
+        started = await execute(
+            session, delegate, 'text("kept"); notify("ready"); await new Promise(() => {})'
+        )
         with trio.CancelScope() as scope:
             scope.cancel()
             await started.initial_response()
+        # The notification follows the text: once the delegate has it, the output is buffered.
+        await delegate.until(lambda: len(delegate.notifications) == 1)
         outcome = await session.wait(wait_request(yield_time_ms=1))
     assert outcome == LiveCell(
         response=Yielded(cell_id="1", content_items=[InputText(text="kept")])
@@ -85,13 +89,17 @@ async def test_dropped_yield_observer_preserves_output_for_the_next_observation(
     session: Session, delegate: RecordingDelegate
 ) -> None:
     with trio.fail_after(10):
-        started = await execute(session, delegate, 'text("first"); await new Promise(() => {})')
+        started = await execute(
+            session, delegate, 'text("first"); notify("ready"); await new Promise(() => {})'
+        )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(started.initial_response)
             await trio.testing.wait_all_tasks_blocked()
             with pytest.raises(ObserverBusyError):
                 await session.wait(wait_request())
             nursery.cancel_scope.cancel()
+        # The notification follows the text: once the delegate has it, the output is buffered.
+        await delegate.until(lambda: len(delegate.notifications) == 1)
         outcome = await session.wait(wait_request(yield_time_ms=1))
     assert texts(outcome) == ["first"]
 
@@ -276,9 +284,13 @@ async def test_a_cell_that_prints_then_spins_shows_its_output_to_the_next_wait(
     session: Session, delegate: RecordingDelegate
 ) -> None:
     with trio.fail_after(10):
-        first = await run(session, delegate, 'text("progress"); while (true) {}', yield_time_ms=0)
+        first = await run(
+            session, delegate, 'text("progress"); notify("ready"); while (true) {}', yield_time_ms=0
+        )
         assert first == Yielded(cell_id="1", content_items=[])
-        outcome = await session.wait(wait_request(yield_time_ms=50))
+        # The notification follows the text: once the delegate has it, the output is buffered.
+        await delegate.until(lambda: len(delegate.notifications) == 1)
+        outcome = await session.wait(wait_request(yield_time_ms=1))
         await session.terminate("1")
     assert outcome == LiveCell(
         response=Yielded(cell_id="1", content_items=[InputText(text="progress")])
@@ -368,8 +380,12 @@ async def test_dropping_the_started_cell_frees_the_observer_slot(
     session: Session, delegate: RecordingDelegate
 ) -> None:
     with trio.fail_after(10):
-        started = await execute(session, delegate, 'text("kept"); await new Promise(() => {})')
+        started = await execute(
+            session, delegate, 'text("kept"); notify("ready"); await new Promise(() => {})'
+        )
         del started
+        # The notification follows the text: once the delegate has it, the output is buffered.
+        await delegate.until(lambda: len(delegate.notifications) == 1)
         outcome = await session.wait(wait_request(yield_time_ms=1))
         await session.terminate("1")
     assert texts(outcome) == ["kept"]

@@ -626,6 +626,7 @@ static void settle(cell_t *c)
 /* ---------------------------------------------------------------------------------------- */
 /* Turns                                                                                    */
 
+/* Frees the cell's runtime (see evaluate_cell for why no module is left suspended). */
 static void free_js(cell_t *c)
 {
     if (!c->rt)
@@ -656,8 +657,65 @@ static JSValue make_hooks(JSContext *ctx)
     return hooks;
 }
 
+#define WRAPPER_HEAD "export default (0, async () => {\n\n"
+#define WRAPPER_TAIL "\n});\n"
+
+/* Runs the cell's source as the ES module the reference evaluates, and returns the promise of
+   its completion.
+
+   Why not a plain module with top-level await: QuickJS-ng 0.17 frees a context's module records
+   before the callbacks of a module still suspended at a top-level `await` (the common case of a
+   cell terminated while it awaits a tool), which then write into freed memory at teardown
+   (found with AddressSanitizer). So the source is first compiled as a module, which reports
+   syntax errors and refuses imports exactly as the reference does, and is then run as the body
+   of an anonymous async arrow function exported by a synchronous module: strict, `this`
+   undefined, `await` allowed, and no module is ever left suspended. The wrapper's head takes
+   lines -1 and 0, so positions in stacks are the source's own. (An `export` statement, legal
+   in a module, is a SyntaxError in the body; it has no use in a cell.) */
+static JSValue evaluate_cell(JSContext *ctx, const char *source, size_t len)
+{
+    JSValue checked = JS_Eval(ctx, source, len, MODULE_NAME,
+                              JS_EVAL_TYPE_MODULE | JS_EVAL_FLAG_COMPILE_ONLY);
+    if (JS_IsException(checked))
+        return JS_EXCEPTION;
+    JS_FreeValue(ctx, checked);
+
+    size_t head = strlen(WRAPPER_HEAD), tail = strlen(WRAPPER_TAIL);
+    char *wrapped = malloc(head + len + tail + 1);
+    if (!wrapped)
+        return JS_ThrowOutOfMemory(ctx);
+    memcpy(wrapped, WRAPPER_HEAD, head);
+    memcpy(wrapped + head, source, len);
+    memcpy(wrapped + head + len, WRAPPER_TAIL, tail + 1);
+    JSEvalOptions options = {
+        .version = JS_EVAL_OPTIONS_VERSION,
+        .eval_flags = JS_EVAL_TYPE_MODULE | JS_EVAL_FLAG_COMPILE_ONLY,
+        .filename = MODULE_NAME,
+        .line_num = -1,
+    };
+    JSValue module = JS_Eval2(ctx, wrapped, head + len + tail, &options);
+    free(wrapped);
+    if (JS_IsException(module))
+        return JS_EXCEPTION;
+    JSModuleDef *def = JS_VALUE_GET_PTR(module);
+    JSValue evaluated = JS_EvalFunction(ctx, module);
+    if (JS_IsException(evaluated))
+        return JS_EXCEPTION;
+    JS_FreeValue(ctx, evaluated);
+    JSValue namespace = JS_GetModuleNamespace(ctx, def);
+    if (JS_IsException(namespace))
+        return JS_EXCEPTION;
+    JSValue body = JS_GetPropertyStr(ctx, namespace, "default");
+    JS_FreeValue(ctx, namespace);
+    if (JS_IsException(body))
+        return JS_EXCEPTION;
+    JSValue promise = JS_Call(ctx, body, JS_UNDEFINED, 0, NULL);
+    JS_FreeValue(ctx, body);
+    return promise;
+}
+
 /* Creates the runtime, runs the prelude with the cell's configuration, then evaluates the
-   cell's source as a module. */
+   cell's source. */
 static void start_cell(cell_t *c, command_t *cmd)
 {
     engine_t *e = c->engine;
@@ -715,7 +773,7 @@ static void start_cell(cell_t *c, command_t *cmd)
                        (end.tv_nsec - begin.tv_nsec);
     push_event(e, c->key, EV_STARTED, setup_ns, 0, NULL, 0, NULL, 0);
 
-    JSValue promise = JS_Eval(c->ctx, cmd->data, cmd->len, MODULE_NAME, JS_EVAL_TYPE_MODULE);
+    JSValue promise = evaluate_cell(c->ctx, cmd->data, cmd->len);
     if (JS_IsException(promise)) {
         finish_with_exception(c);
         return;
