@@ -518,3 +518,26 @@ async def test_an_execute_abandoned_before_admission_leaves_the_session_usable()
             else:
                 assert response.cell_id == "1"  # cancelled before its frame was sent
             await session.shutdown()
+
+
+STUCK_HOST = """
+import trio
+import codemode_host.server as server
+async def never_answers(self, session_id):
+    await trio.sleep_forever()
+server._Host._shutdown_session = never_answers
+from codemode_host.__main__ import main
+main()
+"""
+
+
+async def test_a_host_stuck_in_shutdown_is_killed_after_the_shutdown_timeout() -> None:
+    delegate = RecordingDelegate()
+    with trio.fail_after(10):
+        async with codemode.open_process_provider(
+            [sys.executable, "-c", STUCK_HOST], shutdown_timeout=0.5
+        ) as provider:
+            session = await provider.create_session()
+            await run(session, delegate, "await new Promise(() => {})", yield_time_ms=0)
+    # The kill failed the session's shutdown, and its live cell was closed all the same.
+    assert delegate.closed == ["1"]

@@ -208,6 +208,10 @@ class HostConnection:
         for scope in list(self._background):
             scope.cancel()
 
+    def abort(self, reason: str) -> None:
+        """Give up on the host: everything pending fails with `reason`, the process is killed."""
+        self._fail(reason)
+
     async def _supervise(self) -> None:
         status = await self._process.wait()
         self._fail(f"code-mode host exited with status {status}")

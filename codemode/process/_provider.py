@@ -61,15 +61,26 @@ class ProcessProvider:
             self._connection_now = await connect(process, self._nursery, self._handshake_timeout)
             return self._connection_now
 
-    async def aclose(self) -> None:
-        """Shut every session down, then let the host exit (killed if it does not)."""
-        with trio.move_on_after(SHUTDOWN_TIMEOUT):
-            async with trio.open_nursery() as nursery:
-                for session in self._sessions:
-                    nursery.start_soon(_shutdown_quietly, session)
+    async def aclose(self, shutdown_timeout: float = SHUTDOWN_TIMEOUT) -> None:
+        """Shut every session down, then let the host exit (killed if it does not).
+
+        A host that does not finish the shutdowns within `shutdown_timeout` is killed, which
+        fails what is still pending (the sessions' requests wait in shielded scopes).
+        """
         self._closed = True
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._kill_after, shutdown_timeout)
+            async with trio.open_nursery() as shutdowns:
+                for session in self._sessions:
+                    shutdowns.start_soon(_shutdown_quietly, session)
+            nursery.cancel_scope.cancel()
         if self._connection_now is not None:
             await self._connection_now.aclose()
+
+    async def _kill_after(self, seconds: float) -> None:
+        await trio.sleep(seconds)
+        if self._connection_now is not None:
+            self._connection_now.abort("timed out shutting down the code-mode host's sessions")
 
 
 async def _shutdown_quietly(session: ProcessSession) -> None:
@@ -81,7 +92,10 @@ async def _shutdown_quietly(session: ProcessSession) -> None:
 
 @asynccontextmanager
 async def open_process_provider(
-    host_command: Sequence[str] | None = None, *, handshake_timeout: float = HANDSHAKE_TIMEOUT
+    host_command: Sequence[str] | None = None,
+    *,
+    handshake_timeout: float = HANDSHAKE_TIMEOUT,
+    shutdown_timeout: float = SHUTDOWN_TIMEOUT,
 ) -> AsyncIterator[ProcessProvider]:
     """A provider whose sessions run in one host process, for the block's duration.
 
@@ -90,10 +104,13 @@ async def open_process_provider(
         handshake_timeout: seconds a freshly spawned host has to answer the handshake; past
             it the host is killed and the operation fails with `timed out negotiating with
             the code-mode host`.
+        shutdown_timeout: seconds the exit waits for the sessions' shutdowns before it kills
+            the host.
 
-    Resource handling: the host is spawned on first use. On exit every session is shut down,
-    the host's stdin is closed and the process reaped (killed after 5 s), shielded from
-    cancellation; no zombie or orphan is left.
+    Resource handling: the host is spawned on first use. On exit every session is shut down
+    (the host is killed past `shutdown_timeout`), the host's stdin is closed and the process
+    reaped (killed if it has not exited 5 s later), shielded from cancellation; no zombie or
+    orphan is left.
     """
     command = list(host_command) if host_command is not None else default_host_command()
     async with trio.open_nursery() as nursery:
@@ -102,5 +119,5 @@ async def open_process_provider(
             yield provider
         finally:
             with trio.CancelScope(shield=True):
-                await provider.aclose()
+                await provider.aclose(shutdown_timeout)
             nursery.cancel_scope.cancel()
