@@ -32,16 +32,14 @@ from codemode import (
     CellLimits,
     CodeModeError,
     JsonValue,
-    LiveCell,
-    MissingCell,
     NestedToolCall,
     RuntimeResponse,
     ToolError,
     WaitOutcome,
 )
+from codemode._frame_stream import receive_message
 from codemode.protocol import (
     LIMITS_CAPABILITY,
-    NEED_DATA,
     PROTOCOL_VERSION,
     CellClosed,
     ClientMessage,
@@ -85,7 +83,6 @@ logger = logging.getLogger("codemode.host")
 
 SUPPORTED_CAPABILITIES = frozenset({LIMITS_CAPABILITY})
 SHUTDOWN_TIMEOUT = 5.0
-READ_CHUNK = 65536
 
 
 class ConnectionFatalError(Exception):
@@ -97,10 +94,7 @@ def _with_duration(response: RuntimeResponse, started: float) -> RuntimeResponse
 
 
 def _outcome_with_duration(outcome: WaitOutcome, started: float) -> WaitOutcome:
-    response = _with_duration(outcome.response, started)
-    if isinstance(outcome, LiveCell):
-        return LiveCell(response=response)
-    return MissingCell(response=response)
+    return msgspec.structs.replace(outcome, response=_with_duration(outcome.response, started))
 
 
 class _Operation:
@@ -439,22 +433,6 @@ class _Host:
         self._sessions.clear()
 
 
-async def _read_message(
-    receive: trio.abc.ReceiveStream, decoder: FrameDecoder[ClientMessage]
-) -> ClientMessage | None:
-    """The next message, or None at a clean EOF."""
-    while True:
-        message = decoder.next_message()
-        if message is not NEED_DATA:
-            return message
-        chunk = await receive.receive_some(READ_CHUNK)
-        if not chunk:
-            if decoder.buffered:
-                raise ProtocolError("failed to read code-mode client message: EOF inside a frame")
-            return None
-        decoder.receive_data(chunk)
-
-
 async def _write_frames(
     frames: trio.MemoryReceiveChannel[bytes],
     send: trio.abc.SendStream,
@@ -493,9 +471,9 @@ async def serve_connection(receive: trio.abc.ReceiveStream, send: trio.abc.SendS
             host = _Host(engine, nursery, queue)
             with reading:
                 try:
-                    first = await _read_message(receive, decoder)
+                    first = await receive_message(receive, decoder)
                     if first is not None and host.handshake(first):
-                        while (message := await _read_message(receive, decoder)) is not None:
+                        while (message := await receive_message(receive, decoder)) is not None:
                             host.dispatch(message)
                 except (ProtocolError, ConnectionFatalError) as error:
                     logger.error("%s", error)

@@ -28,10 +28,10 @@ from codemode import (
     WaitRequest,
     Yielded,
 )
+from codemode._frame_stream import receive_message
 from codemode.protocol import (
     LIMITS_CAPABILITY,
     MAX_FRAME_BYTES,
-    NEED_DATA,
     CellClosed,
     DelegateCancel,
     DelegateRequest,
@@ -90,23 +90,15 @@ class RawClient:
         await self._stdin.send_all(data)
 
     async def receive(self) -> HostMessage:
-        while (message := self._decoder.next_message()) is NEED_DATA:
-            chunk = await self._stdout.receive_some(65536)
-            assert chunk, "the host closed its stdout"
-            self._decoder.receive_data(chunk)
+        message = await receive_message(self._stdout, self._decoder)
+        assert message is not None, "the host closed its stdout"
         return message
 
     async def receive_until_eof(self) -> list[HostMessage]:
         messages: list[HostMessage] = []
-        while True:
-            message = self._decoder.next_message()
-            if message is not NEED_DATA:
-                messages.append(message)
-                continue
-            chunk = await self._stdout.receive_some(65536)
-            if not chunk:
-                return messages
-            self._decoder.receive_data(chunk)
+        while (message := await receive_message(self._stdout, self._decoder)) is not None:
+            messages.append(message)
+        return messages
 
     async def request(self, request_id: int, request: object) -> OperationResponse:
         await self.send(OperationRequest(id=request_id, request=request))  # type: ignore[arg-type]

@@ -27,10 +27,10 @@ import trio
 
 from .._api import ExecuteRequest, RuntimeResponse, SessionDelegate
 from .._callbacks import CLEANUP_GRACE, CallbackGroup
+from .._frame_stream import receive_message
 from ..errors import CodeModeError, ToolError, error_from_message, tool_failure_message
 from ..protocol import (
     LIMITS_CAPABILITY,
-    NEED_DATA,
     PROTOCOL_VERSION,
     CellClosed,
     DelegateCancel,
@@ -68,7 +68,6 @@ HANDSHAKE_TIMEOUT = 10.0
 UNCANCELLABLE_TIMEOUT = 60.0
 """Bound on terminate and shutdown, which callers cannot cancel (reference-host 4.2)."""
 CLOSE_TIMEOUT = 5.0
-READ_CHUNK = 65536
 
 HostResult = Ok[HostResponse] | Err
 InitialResult = Ok[RuntimeResponse] | Err
@@ -242,14 +241,7 @@ class HostConnection:
             pass  # the connection failed; _fail told everyone
 
     async def _read_message(self) -> HostMessage | None:
-        while True:
-            message = self._decoder.next_message()
-            if message is not NEED_DATA:
-                return message
-            chunk = await self._stdout.receive_some(READ_CHUNK)
-            if not chunk:
-                return None
-            self._decoder.receive_data(chunk)
+        return await receive_message(self._stdout, self._decoder)
 
     async def _read_loop(self) -> None:
         try:

@@ -19,7 +19,6 @@ from .._api import (
     CellLimits,
     ExecuteRequest,
     LiveCell,
-    MissingCell,
     RuntimeResponse,
     SessionDelegate,
     StartedCell,
@@ -86,10 +85,7 @@ class _Binding:
         return msgspec.structs.replace(response, cell_id=self.public_id(response.cell_id))
 
     def outcome(self, outcome: WaitOutcome) -> WaitOutcome:
-        response = self.response(outcome.response)
-        if isinstance(outcome, LiveCell):
-            return LiveCell(response=response)
-        return MissingCell(response=response)
+        return msgspec.structs.replace(outcome, response=self.response(outcome.response))
 
 
 class ProcessSession:
