@@ -32,9 +32,6 @@ class CallbackGroup:
         self._idle = trio.Event()
         self._idle.set()
 
-    def __len__(self) -> int:
-        return len(self._scopes)
-
     def start(self, fn: Callable[[*Ts], Awaitable[object]], *args: *Ts) -> trio.CancelScope:
         """Start `fn(*args)` as a task of the nursery; returns the scope it runs in."""
         scope = trio.CancelScope()

@@ -114,12 +114,10 @@ class RuntimeCell:
         self._js_running = True
         self._content: list[ContentItem] = []
         self._writes: dict[str, bytes] = {}
-        self._observer: Observer | None = None
         self._initial_observer: Observer | None = Observer(initial_window_ms, start_now=False)
-        self._observer = self._initial_observer
+        self._observer: Observer | None = self._initial_observer
         self._completion_error: str | None = None
-        self._completion_claimed = False
-        self._completion_taken = trio.Event()
+        self._completion_claimed = trio.Event()  # set once an observer or terminate took it
         self._terminated: Terminated | None = None
 
     # ---- observation ---------------------------------------------------------------------
@@ -186,7 +184,7 @@ class RuntimeCell:
             return self._yielded(observer.boundary)
         if self.phase is Phase.COMPLETED:
             # Claimed by a terminate: this observation ends when the cell closes.
-            return None if self._completion_claimed else self._take_completion()
+            return None if self._completion_claimed.is_set() else self._take_completion()
         if observer.expired(trio.current_time()):
             return self._yielded(len(self._content))
         return None
@@ -197,8 +195,7 @@ class RuntimeCell:
         return Yielded(cell_id=self.cell_id, content_items=items)
 
     def _take_completion(self) -> Completed:
-        self._completion_claimed = True
-        self._completion_taken.set()
+        self._completion_claimed.set()
         items, self._content = self._content, []
         return Completed(
             cell_id=self.cell_id, content_items=items, error_text=self._completion_error
@@ -212,7 +209,7 @@ class RuntimeCell:
 
     async def terminate(self) -> WaitOutcome:
         """Stop the cell; its buffered completion, if it has one, is returned instead."""
-        if self.phase is Phase.COMPLETED and not self._completion_claimed:
+        if self.phase is Phase.COMPLETED and not self._completion_claimed.is_set():
             return LiveCell(response=self._take_completion())
         if self.phase is not Phase.RUNNING:
             raise AlreadyTerminatingError(self.cell_id)
@@ -226,9 +223,8 @@ class RuntimeCell:
         """Terminate the cell for a session shutdown; a buffered completion is dropped."""
         if self.phase is Phase.RUNNING:
             self._begin_termination("session shut down")
-        elif self.phase is Phase.COMPLETED and not self._completion_claimed:
-            self._completion_claimed = True
-            self._completion_taken.set()
+        elif self.phase is Phase.COMPLETED:
+            self._completion_claimed.set()
 
     def _begin_termination(self, reason: str) -> None:
         self.phase = Phase.TERMINATING
@@ -324,7 +320,7 @@ class RuntimeCell:
         self._completion_error = error_text
         self.phase = Phase.COMPLETED
         self._wake_observer()
-        await self._completion_taken.wait()
+        await self._completion_claimed.wait()
 
     async def _finish_terminated(self) -> None:
         with trio.move_on_after(CLEANUP_GRACE):
