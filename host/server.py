@@ -38,6 +38,7 @@ from codemode import (
     WaitOutcome,
 )
 from codemode._frame_stream import receive_message
+from codemode._oneshot import OneShot
 from codemode.protocol import (
     LIMITS_CAPABILITY,
     PROTOCOL_VERSION,
@@ -81,6 +82,8 @@ from codemode.protocol import (
 
 logger = logging.getLogger("codemode.host")
 
+DelegateResult = Ok[ToolResult | NotificationDelivered] | Err
+
 SUPPORTED_CAPABILITIES = frozenset({LIMITS_CAPABILITY})
 SHUTDOWN_TIMEOUT = 5.0
 
@@ -120,16 +123,6 @@ class _Operation:
                 yield scope
             finally:
                 self._scope = None
-
-
-class _PendingCall:
-    """A reverse call waiting for the client's answer."""
-
-    __slots__ = ("done", "result")
-
-    def __init__(self) -> None:
-        self.done = trio.Event()
-        self.result: Ok[ToolResult | NotificationDelivered] | Err | None = None
 
 
 class _CellRoute:
@@ -199,7 +192,7 @@ class _Host:
         self._routes: dict[str, set[_CellRoute]] = {}
         self._routes_empty: dict[str, trio.Event] = {}
         self._active: dict[int, _Operation] = {}
-        self._calls: dict[int, _PendingCall] = {}
+        self._calls: dict[int, OneShot[DelegateResult]] = {}
         self._delegate_ids = itertools.count(1)
         self._capabilities: frozenset[str] = frozenset()
         self.disconnected = False
@@ -262,8 +255,7 @@ class _Host:
             case DelegateResponse(id=call_id, result=result):
                 call = self._calls.pop(call_id, None)
                 if call is not None:  # unknown or cancelled ids are ignored
-                    call.result = result
-                    call.done.set()
+                    call.set(result)
             case Hello():
                 raise ConnectionFatalError("received a second code-mode client hello")
 
@@ -393,7 +385,7 @@ class _Host:
 
     async def call_client(
         self, session_id: str, request: ToolInvoke | NotificationSend
-    ) -> Ok[ToolResult | NotificationDelivered] | Err:
+    ) -> DelegateResult:
         if self.disconnected:
             return Err(message="code-mode client connection closed")
         call_id = next(self._delegate_ids)
@@ -403,24 +395,22 @@ class _Host:
             )
         except FrameTooLargeError as error:
             return Err(message=str(error))
-        call = _PendingCall()
+        call: OneShot[DelegateResult] = OneShot()
         self._calls[call_id] = call
         self._write(frame)
         try:
-            await call.done.wait()
+            await call.wait()
         except BaseException:
             if self._calls.pop(call_id, None) is not None and not self.disconnected:
                 self.send(DelegateCancel(id=call_id))
             raise
-        assert call.result is not None
-        return call.result
+        return call.value()
 
     def disconnect(self) -> None:
         """The client is gone: pending reverse calls fail, new requests are refused."""
         self.disconnected = True
         for call in self._calls.values():
-            call.result = Err(message="code-mode client connection closed")
-            call.done.set()
+            call.set(Err(message="code-mode client connection closed"))
         self._calls.clear()
 
     async def shutdown(self) -> None:

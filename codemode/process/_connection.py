@@ -28,6 +28,7 @@ import trio
 from .._api import ExecuteRequest, RuntimeResponse, SessionDelegate
 from .._callbacks import CLEANUP_GRACE, CallbackGroup
 from .._frame_stream import receive_message
+from .._oneshot import OneShot
 from ..errors import CodeModeError, ToolError, error_from_message, tool_failure_message
 from ..protocol import (
     LIMITS_CAPABILITY,
@@ -71,16 +72,17 @@ CLOSE_TIMEOUT = 5.0
 
 HostResult = Ok[HostResponse] | Err
 InitialResult = Ok[RuntimeResponse] | Err
+InitialSlot = OneShot[InitialResult]
+"""Where the `execute/initialResponse` of one execute lands."""
 
 
 class _Pending:
     """An operation waiting for its `operation/response`."""
 
-    __slots__ = ("abandoned", "done", "execute", "result")
+    __slots__ = ("abandoned", "answer", "execute")
 
     def __init__(self) -> None:
-        self.done = trio.Event()
-        self.result: HostResult | None = None
+        self.answer: OneShot[HostResult] = OneShot()
         self.abandoned = False
         self.execute: _ExecuteContext | None = None
 
@@ -94,22 +96,7 @@ class _ExecuteContext:
         self.session_id = session_id
         self.delegate = delegate
         self.public_id = public_id
-        self.initial = InitialSlot()
-
-
-class InitialSlot:
-    """Where the `execute/initialResponse` of one execute lands."""
-
-    __slots__ = ("done", "result")
-
-    def __init__(self) -> None:
-        self.done = trio.Event()
-        self.result: InitialResult | None = None
-
-    async def get(self) -> InitialResult:
-        await self.done.wait()
-        assert self.result is not None
-        return self.result
+        self.initial: InitialSlot = OneShot()
 
 
 class ClientCell:
@@ -266,7 +253,7 @@ class HostConnection:
         request: HostRequest,
         *,
         cancellable: bool = True,
-        on_abandon: Callable[[trio.Event], None] | None = None,
+        on_abandon: Callable[[OneShot[HostResult]], None] | None = None,
     ) -> HostResponse:
         """Send an operation and return its response value.
 
@@ -321,7 +308,7 @@ class HostConnection:
         frame: bytes,
         pending: _Pending,
         cancellable: bool,
-        on_abandon: Callable[[trio.Event], None] | None,
+        on_abandon: Callable[[OneShot[HostResult]], None] | None,
     ) -> HostResult:
         await self._send(frame)
         # Registered once sent (no checkpoint in between, so the answer cannot come first): a
@@ -333,21 +320,20 @@ class HostConnection:
         if not cancellable:
             with trio.CancelScope(shield=True) as bounded:
                 bounded.deadline = trio.current_time() + UNCANCELLABLE_TIMEOUT
-                await pending.done.wait()
+                await pending.answer.wait()
             if bounded.cancelled_caught:
                 self._fail("code-mode host timed out waiting for a response")
         else:
             try:
-                await pending.done.wait()
+                await pending.answer.wait()
             except trio.Cancelled:
-                if not pending.done.is_set() and self.alive:
+                if not pending.answer.is_set() and self.alive:
                     pending.abandoned = True
                     self._send_soon(OperationCancel(id=request_id))
                     if on_abandon is not None:
-                        on_abandon(pending.done)
+                        on_abandon(pending.answer)
                 raise
-        assert pending.result is not None
-        return pending.result
+        return pending.answer.value()
 
     def _unwrap(self, result: HostResult) -> HostResponse:
         if isinstance(result, Err):
@@ -367,8 +353,7 @@ class HostConnection:
                         "code-mode host returned initial response for unknown request ID"
                         f" {request_id}"
                     )
-                slot.result = initial
-                slot.done.set()
+                slot.set(initial)
             case DelegateRequest():
                 self._on_delegate_request(message)
             case DelegateCancel(id=call_id):
@@ -411,8 +396,7 @@ class HostConnection:
                     self._nursery.start_soon(self._fire_and_forget, terminate)
             else:
                 self._initial.pop(request_id, None)
-        pending.result = result
-        pending.done.set()
+        pending.answer.set(result)
 
     async def _fire_and_forget(self, request: HostRequest) -> None:
         try:
@@ -500,12 +484,10 @@ class HostConnection:
         self.failure = reason
         logger.debug("code-mode host connection failed: %s", reason)
         for pending in self._pending.values():
-            pending.result = Err(message=reason)
-            pending.done.set()
+            pending.answer.set(Err(message=reason))
         self._pending.clear()
         for slot in self._initial.values():
-            slot.result = Err(message=reason)
-            slot.done.set()
+            slot.set(Err(message=reason))
         self._initial.clear()
         self._calls.clear()
         for cell in self._cells.values():

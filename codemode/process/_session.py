@@ -25,6 +25,7 @@ from .._api import (
     WaitOutcome,
     WaitRequest,
 )
+from .._oneshot import OneShot
 from ..errors import CodeModeError, ObserverBusyError, SessionShuttingDownError, error_from_message
 from ..protocol import (
     LIMITS_CAPABILITY,
@@ -38,7 +39,7 @@ from ..protocol import (
     Wait,
     WaitCompleted,
 )
-from ._connection import HostConnection, InitialSlot
+from ._connection import HostConnection, HostResult, InitialSlot
 
 if TYPE_CHECKING:
     from ._provider import ProcessProvider
@@ -63,7 +64,7 @@ class _Binding:
         self.connection = connection
         self.session_id = session_id
         self.generation = generation
-        self.retiring_waits: dict[str, trio.Event] = {}
+        self.retiring_waits: dict[str, OneShot[HostResult]] = {}
         self.initials: dict[str, _Initial] = {}
 
     def public_id(self, wire_id: str) -> str:
@@ -158,7 +159,7 @@ class ProcessSession:
 
     def _release_initial(self, binding: _Binding, initial: _Initial) -> None:
         initial.released = True
-        if not initial.slot.done.is_set():
+        if not initial.slot.is_set():
             binding.connection.cancel_operation(initial.request_id)
 
     async def _initial_response(
@@ -202,8 +203,8 @@ class ProcessSession:
         if retiring is not None:
             await retiring.wait()
 
-        def retire(done: trio.Event) -> None:
-            binding.retiring_waits[wire_id] = done
+        def retire(answer: OneShot[HostResult]) -> None:
+            binding.retiring_waits[wire_id] = answer
 
         response = await binding.connection.request(
             Wait(
