@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, TypeAlias
+from typing import Annotated, Any, Protocol, TypeAlias
 
 import msgspec
+
+from .errors import InvalidRequestError
 
 CellId: TypeAlias = str
 """A cell's id: `"1"`, `"2"`, ... per session; `"g2:1"` after a host restart."""
@@ -87,6 +89,19 @@ class ToolDefinition(_Value, frozen=True):
     output_schema: JsonValue = None
 
 
+MAX_YIELD_TIME_MS = 2**63 - 1
+MAX_OUTPUT_TOKENS = 2**31 - 1
+"""The reference carries `max_output_tokens` as a signed 32-bit integer."""
+
+YieldTimeMs: TypeAlias = Annotated[int, msgspec.Meta(ge=0, le=MAX_YIELD_TIME_MS)]
+OutputTokens: TypeAlias = Annotated[int, msgspec.Meta(ge=0, le=MAX_OUTPUT_TOKENS)]
+
+
+def _check_range(name: str, value: int | None, high: int) -> None:
+    if value is not None and not 0 <= value <= high:
+        raise InvalidRequestError(f"{name} must be between 0 and {high}, got {value}")
+
+
 class ExecuteRequest(_Value, frozen=True):
     """Start a cell.
 
@@ -94,22 +109,37 @@ class ExecuteRequest(_Value, frozen=True):
         tool_call_id: the model's id of the `exec` call; the `call_id` of its notifications.
         source: the JavaScript, evaluated as an ES module.
         enabled_tools: the nested tools, in `ALL_TOOLS` order.
-        yield_time_ms: the first observation window (None: 10,000 ms).
-        max_output_tokens: for the model layer's truncation; the runtime ignores it.
+        yield_time_ms: the first observation window (None: 10,000 ms); at least 0.
+        max_output_tokens: for the model layer's truncation, 0 to 2^31 - 1; the runtime
+            ignores it.
+
+    Raises:
+        InvalidRequestError: a number out of range (also when decoded from the wire).
     """
 
     tool_call_id: str
     source: str
     enabled_tools: list[ToolDefinition] = msgspec.field(default_factory=list)
-    yield_time_ms: int | None = None
-    max_output_tokens: int | None = None
+    yield_time_ms: YieldTimeMs | None = None
+    max_output_tokens: OutputTokens | None = None
+
+    def __post_init__(self) -> None:
+        _check_range("yield_time_ms", self.yield_time_ms, MAX_YIELD_TIME_MS)
+        _check_range("max_output_tokens", self.max_output_tokens, MAX_OUTPUT_TOKENS)
 
 
 class WaitRequest(_Value, frozen=True):
-    """Observe a running cell for up to `yield_time_ms`."""
+    """Observe a running cell for up to `yield_time_ms` (at least 0).
+
+    Raises:
+        InvalidRequestError: a negative window (also when decoded from the wire).
+    """
 
     cell_id: CellId
-    yield_time_ms: int = 10_000
+    yield_time_ms: YieldTimeMs = 10_000
+
+    def __post_init__(self) -> None:
+        _check_range("yield_time_ms", self.yield_time_ms, MAX_YIELD_TIME_MS)
 
 
 class InputText(
@@ -267,15 +297,41 @@ class SessionDelegate(Protocol):
 class StartedCell:
     """A cell that was admitted: its id now, its first response later.
 
-    Not ending the cell when dropped: a response nobody awaited stays buffered for the next
-    `wait`.
+    Made by `Session.execute` only. The initial response is the cell's first observation and
+    belongs to this object until it is awaited (once) or released: `release()` (or leaving
+    `async with started:`) gives it up without ending the cell, so the next `wait` observes
+    the cell and gets the output the initial observation did not deliver. Dropping the object
+    releases it too (the finalizer only schedules the release on the provider's trio thread).
+    Cancelling `initial_response()` releases it as well: nothing is lost, the next `wait` has
+    the output.
     """
 
-    def __init__(
-        self, cell_id: CellId, initial_response: Callable[[], Awaitable[RuntimeResponse]]
-    ) -> None:
-        self.cell_id = cell_id
-        self._initial_response = initial_response
+    __slots__ = ("__weakref__", "_initial_response", "_release", "cell_id")
+
+    cell_id: CellId
+    _initial_response: Callable[[], Awaitable[RuntimeResponse]]
+    _release: Callable[[], None]
+
+    def __init__(self) -> None:
+        raise TypeError("StartedCell has no public constructor: Session.execute makes it")
+
+    @classmethod
+    def _create(
+        cls,
+        cell_id: CellId,
+        initial_response: Callable[[], Awaitable[RuntimeResponse]],
+        release: Callable[[], None],
+    ) -> StartedCell:
+        import weakref
+
+        import trio
+
+        started = object.__new__(cls)
+        started.cell_id = cell_id
+        started._initial_response = initial_response
+        started._release = release
+        weakref.finalize(started, _release_soon, trio.lowlevel.current_trio_token(), release)
+        return started
 
     async def initial_response(self) -> RuntimeResponse:
         """The first observation: Yielded, Completed or Terminated.
@@ -283,11 +339,33 @@ class StartedCell:
         Raises:
             ObserverBusyError: another observation of the cell is in progress.
             RuntimeEndedError: the cell went away without answering.
+            CodeModeError: the initial response was already taken or released.
         """
         return await self._initial_response()
 
+    def release(self) -> None:
+        """Give the initial observation up without ending the cell (idempotent; no effect once
+        the initial response is being awaited or was taken)."""
+        self._release()
+
+    async def __aenter__(self) -> StartedCell:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.release()
+
     def __repr__(self) -> str:
         return f"StartedCell(cell_id={self.cell_id!r})"
+
+
+def _release_soon(token: Any, release: Callable[[], None]) -> None:
+    # A finalizer may run at any point of any thread: it only schedules the release.
+    import trio
+
+    try:
+        token.run_sync_soon(release)
+    except trio.RunFinishedError:
+        pass  # the provider's trio run is over; so is the cell
 
 
 class Session(Protocol):

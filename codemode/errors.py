@@ -1,19 +1,31 @@
 """The exceptions of codemode, with the reference's exact message texts.
 
     CodeModeError                    every error codemode raises on purpose
-    ├── SessionShuttingDownError     you shut the session down; no new cells
+    ├── SessionShuttingDownError     you shut the session down; no new operations
+    ├── ProviderClosedError          you closed the provider; its sessions are gone
     ├── ObserverBusyError            another observation of that cell is in progress
     ├── AlreadyTerminatingError      a termination of that cell is in progress
     ├── RuntimeEndedError            the cell's runtime ended without an answer
+    ├── InvalidRequestError          the request itself is wrong (limits, ids, sizes)
+    │   ├── FrameLimitError          it does not fit in one IPC frame
+    │   └── StaleGenerationError     the cell belongs to a host that was replaced
+    ├── AdmissionError               the host refused more work for now
+    ├── HostLostError                the host died, broke the protocol or failed to start
+    │                                (the cause is chained when there is one)
     └── ToolError                    raised by a delegate's `invoke_tool` to reject the JS
                                      promise with its text
 
-Tests and callers may compare `str(error)` with the reference's texts.
+Who caused it decides the class: you (`SessionShuttingDownError`, `ProviderClosedError`,
+`InvalidRequestError`), the cell's state (`ObserverBusyError`, `AlreadyTerminatingError`,
+`RuntimeEndedError`), the host (`HostLostError`, `AdmissionError`). Both providers raise the same
+classes with the same texts: over the wire the host sends a kind beside each error text and the
+process provider maps kinds to these classes in one place, never by matching text. Tests and
+callers may compare `str(error)` with the reference's texts.
 """
 
 from __future__ import annotations
 
-import re
+import enum
 
 
 class CodeModeError(Exception):
@@ -21,10 +33,17 @@ class CodeModeError(Exception):
 
 
 class SessionShuttingDownError(CodeModeError):
-    """The session is shutting down (or shut down): it admits no new cell."""
+    """The session is shutting down (or shut down): it accepts no new operation."""
 
     def __init__(self) -> None:
         super().__init__("code mode session is shutting down")
+
+
+class ProviderClosedError(CodeModeError):
+    """The provider was closed by its owner: it has no session and creates none."""
+
+    def __init__(self) -> None:
+        super().__init__("the code-mode provider is closed")
 
 
 class ObserverBusyError(CodeModeError):
@@ -50,6 +69,38 @@ class RuntimeEndedError(CodeModeError):
         super().__init__(message)
 
 
+class InvalidRequestError(CodeModeError, ValueError):
+    """The request cannot be served as it is: invalid limits, an unknown or reused session
+    id, a value out of range. Also a `ValueError`, so building a request value out of range
+    raises it and decoding one from the wire fails."""
+
+
+class FrameLimitError(InvalidRequestError):
+    """The request, or its answer, does not fit in one IPC frame (`IPC frame limit`)."""
+
+
+class StaleGenerationError(InvalidRequestError):
+    """The cell id belongs to an earlier host generation of the session (the host that ran
+    the cell was lost and replaced)."""
+
+    def __init__(self, cell_id: str) -> None:
+        super().__init__(f"cell {cell_id} belongs to a stale code-mode host generation")
+        self.cell_id = cell_id
+
+
+class AdmissionError(CodeModeError):
+    """The host refused the work for now (too many cells, requests or calls)."""
+
+
+class HostLostError(CodeModeError):
+    """The host process died, broke the protocol, or failed to start.
+
+    Operations in flight on that host fail with it; the next operation of each session starts
+    a new host (and the session's next generation). When the host wrote to stderr before it
+    was lost, the text ends with its last lines.
+    """
+
+
 class ToolError(CodeModeError):
     """Raise from `SessionDelegate.invoke_tool` to reject the JS promise with `text`.
 
@@ -66,21 +117,68 @@ def tool_failure_message(tool_name: str, error: BaseException) -> str:
     return f"tool {tool_name} failed: {str(error) or type(error).__name__}"
 
 
-_TYPED_MESSAGES: list[tuple[re.Pattern[str], type[CodeModeError]]] = [
-    (re.compile(r"^exec cell (.+) already has an active observer$"), ObserverBusyError),
-    (re.compile(r"^exec cell (.+) is already terminating$"), AlreadyTerminatingError),
-]
+class ErrorKind(enum.StrEnum):
+    """What an error means, carried on the wire beside its text (DESIGN section 4)."""
+
+    SHUTTING_DOWN = "shutting_down"
+    OBSERVER_BUSY = "observer_busy"
+    ALREADY_TERMINATING = "already_terminating"
+    RUNTIME_ENDED = "runtime_ended"
+    FRAME_LIMIT = "frame_limit"
+    INVALID_REQUEST = "invalid_request"
+    STALE_GENERATION = "stale_generation"
+    ADMISSION = "admission"
+    CANCELLED = "cancelled"
+    """The operation was cancelled by its caller (`operation/cancel`)."""
+    TOOL = "tool"
+    """A delegate's rejection, handed to the JavaScript promise as its text."""
+    INTERNAL = "internal"
+    """A failure the caller did not cause (a bug in the host or the delegate)."""
 
 
-def error_from_message(message: str) -> CodeModeError:
-    """The typed error a message from the host stands for (a plain CodeModeError otherwise),
-    so callers see the same exception types with either provider."""
-    if message == "code mode session is shutting down":
-        return SessionShuttingDownError()
-    if message == "exec runtime ended unexpectedly":
-        return RuntimeEndedError()
-    for pattern, error_type in _TYPED_MESSAGES:
-        match = pattern.match(message)
-        if match:
-            return error_type(match.group(1))
+_KINDS: dict[type[CodeModeError], ErrorKind] = {
+    SessionShuttingDownError: ErrorKind.SHUTTING_DOWN,
+    ObserverBusyError: ErrorKind.OBSERVER_BUSY,
+    AlreadyTerminatingError: ErrorKind.ALREADY_TERMINATING,
+    RuntimeEndedError: ErrorKind.RUNTIME_ENDED,
+    FrameLimitError: ErrorKind.FRAME_LIMIT,
+    StaleGenerationError: ErrorKind.STALE_GENERATION,
+    InvalidRequestError: ErrorKind.INVALID_REQUEST,
+    AdmissionError: ErrorKind.ADMISSION,
+    ToolError: ErrorKind.TOOL,
+}
+
+
+def error_kind(error: CodeModeError) -> ErrorKind:
+    """The kind the host sends beside `error`'s text (the most specific class wins)."""
+    for cls in type(error).__mro__:
+        kind = _KINDS.get(cls)
+        if kind is not None:
+            return kind
+    return ErrorKind.INTERNAL
+
+
+def error_from_kind(kind: ErrorKind, message: str, cell_id: str | None = None) -> CodeModeError:
+    """The exception a client raises for an error the host sent: the one place that maps
+    kinds to classes (httpx `map_httpcore_exceptions`). `cell_id` is the caller's (public)
+    id of the cell the request targeted, used in the texts that name it."""
+    match kind:
+        case ErrorKind.SHUTTING_DOWN:
+            return SessionShuttingDownError()
+        case ErrorKind.OBSERVER_BUSY if cell_id is not None:
+            return ObserverBusyError(cell_id)
+        case ErrorKind.ALREADY_TERMINATING if cell_id is not None:
+            return AlreadyTerminatingError(cell_id)
+        case ErrorKind.RUNTIME_ENDED:
+            return RuntimeEndedError(message)
+        case ErrorKind.FRAME_LIMIT:
+            return FrameLimitError(message)
+        case ErrorKind.STALE_GENERATION if cell_id is not None:
+            return StaleGenerationError(cell_id)
+        case ErrorKind.INVALID_REQUEST:
+            return InvalidRequestError(message)
+        case ErrorKind.ADMISSION:
+            return AdmissionError(message)
+        case ErrorKind.TOOL:
+            return ToolError(message)
     return CodeModeError(message)

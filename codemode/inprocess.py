@@ -2,8 +2,14 @@
 
 The same API as the process provider, without a host process: the engine's worker threads
 run the JavaScript, and cells, tool calls and notifications are tasks of the provider's
-nursery. Documented differences: `host_duration` is always None, and a crash of the engine
-takes the application with it (the process provider isolates it).
+nursery. Documented differences (`docs/python-api.md`): `host_duration` is always None, and a
+crash of the engine takes the application with it (the process provider isolates it).
+
+Rules:
+1. A session's shutdown runs as a task of the provider: cancelling the caller of `shutdown()`
+   does not stop it, and every later `shutdown()` waits for the same end.
+2. The provider forgets a session once it is shut down: nothing is retained per closed session.
+3. After the provider's block, every operation raises `ProviderClosedError`.
 """
 
 from __future__ import annotations
@@ -15,11 +21,81 @@ import trio
 from codemode_host.engine import Engine, open_engine
 from codemode_host.runtime import RuntimeSession
 
-from ._api import CellLimits
-from .errors import CodeModeError
+from ._api import CellLimits, ExecuteRequest, SessionDelegate, StartedCell, WaitOutcome, WaitRequest
+from ._trio import open_service_nursery
+from .errors import InvalidRequestError, ProviderClosedError, SessionShuttingDownError
 
 SHUTDOWN_TIMEOUT = 5.0
 """Seconds the provider's exit waits for its sessions to shut down before cancelling them."""
+
+
+class InProcessSession:
+    """A session whose cells run in this process (implements `codemode.Session`).
+
+    Made by `InProcessProvider.create_session`.
+    """
+
+    def __init__(self, provider: InProcessProvider, runtime: RuntimeSession) -> None:
+        self._provider = provider
+        self._runtime = runtime
+        self._shutdown_done: trio.Event | None = None
+
+    @property
+    def is_alive(self) -> bool:
+        """False once shutdown began (or the provider closed)."""
+        return self._runtime.is_alive and not self._provider.closed
+
+    def _check(self) -> None:
+        if self._provider.closed:
+            raise ProviderClosedError()
+        if self._shutdown_done is not None:
+            raise SessionShuttingDownError()
+
+    async def execute(self, request: ExecuteRequest, delegate: SessionDelegate) -> StartedCell:
+        """Admit a cell and start it; returns before its first response.
+
+        Raises:
+            SessionShuttingDownError: shutdown has begun.
+            ProviderClosedError: the provider was closed.
+        """
+        self._check()
+        return await self._runtime.execute(request, delegate)
+
+    async def wait(self, request: WaitRequest) -> WaitOutcome:
+        """Observe a cell: new output, its completion, or its termination.
+
+        Raises:
+            ObserverBusyError: another observation of the cell is in progress.
+            SessionShuttingDownError: shutdown has begun.
+            ProviderClosedError: the provider was closed.
+        """
+        self._check()
+        return await self._runtime.wait(request)
+
+    async def terminate(self, cell_id: str) -> WaitOutcome:
+        """Stop a cell and return its undelivered output (or its buffered completion).
+
+        Raises:
+            AlreadyTerminatingError: a termination of that cell is in progress.
+            SessionShuttingDownError: shutdown has begun.
+            ProviderClosedError: the provider was closed.
+        """
+        self._check()
+        return await self._runtime.terminate(cell_id)
+
+    async def shutdown(self) -> None:
+        """Terminate every cell and return once each has closed (rule 1)."""
+        if self._shutdown_done is None:
+            self._shutdown_done = trio.Event()
+            self._provider._nursery.start_soon(self._shut_down, self._shutdown_done)
+        await self._shutdown_done.wait()
+
+    async def _shut_down(self, done: trio.Event) -> None:
+        try:
+            await self._runtime.shutdown()
+        finally:
+            self._provider._forget(self)
+            done.set()
 
 
 class InProcessProvider:
@@ -28,30 +104,34 @@ class InProcessProvider:
     def __init__(self, engine: Engine, nursery: trio.Nursery) -> None:
         self._engine = engine
         self._nursery = nursery
-        self._sessions: list[RuntimeSession] = []
-        self._closed = False
+        self._sessions: set[InProcessSession] = set()
+        self.closed = False
 
-    async def create_session(self, limits: CellLimits | None = None) -> RuntimeSession:
+    async def create_session(self, limits: CellLimits | None = None) -> InProcessSession:
         """A new session with its own cells, stored values and limits.
 
         Raises:
-            CodeModeError: invalid limits, or the provider is closed.
+            InvalidRequestError: invalid limits.
+            ProviderClosedError: the provider is closed.
         """
         await trio.lowlevel.checkpoint()
-        if self._closed:
-            raise CodeModeError("the code-mode provider is closed")
+        if self.closed:
+            raise ProviderClosedError()
         limits = limits or CellLimits()
         problem = limits.problem()
         if problem is not None:
-            raise CodeModeError(f"invalid code-mode session execution limits: {problem}")
-        session = RuntimeSession(self._engine, self._nursery, limits)
-        self._sessions.append(session)
+            raise InvalidRequestError(f"invalid code-mode session execution limits: {problem}")
+        session = InProcessSession(self, RuntimeSession(self._engine, self._nursery, limits))
+        self._sessions.add(session)
         return session
 
-    async def _shutdown_sessions(self) -> None:
-        self._closed = True
+    def _forget(self, session: InProcessSession) -> None:
+        self._sessions.discard(session)
+
+    async def _close(self) -> None:
+        self.closed = True
         async with trio.open_nursery() as nursery:
-            for session in self._sessions:
+            for session in list(self._sessions):
                 nursery.start_soon(session.shutdown)
 
 
@@ -62,12 +142,15 @@ async def open_in_process_provider() -> AsyncIterator[InProcessProvider]:
     Resource handling: on exit every session is shut down (its cells terminated, each
     `cell_closed` called), then delegate calls still running are cancelled and the engine's
     threads are joined. The shutdown is shielded and bounded by SHUTDOWN_TIMEOUT.
+
+    Error handling: an exception raised in the block leaves it as itself (never wrapped in an
+    `ExceptionGroup`).
     """
-    async with open_engine() as engine, trio.open_nursery() as nursery:
+    async with open_engine() as engine, open_service_nursery() as nursery:
         provider = InProcessProvider(engine, nursery)
         try:
             yield provider
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(SHUTDOWN_TIMEOUT):
-                await provider._shutdown_sessions()
+                await provider._close()
             nursery.cancel_scope.cancel()

@@ -3,35 +3,38 @@
 Protocol bytes are the only thing on stdout: the process keeps private copies of fds 0 and 1
 for the protocol and points fd 1 at stderr, so a stray `print()` (or C code writing to fd 1)
 lands in the log, never in the frames. Logs go to stderr (level from `CODEMODE_HOST_LOG`,
-default WARNING). The host exits when stdin closes, and dies with its parent (Linux
-`PR_SET_PDEATHSIG`).
+default WARNING).
+
+The host exits when stdin closes, and when its parent *process* exits, watched through a pidfd
+from the trio loop (also when the parent's stdin pipe stays open in another process). Not
+`PR_SET_PDEATHSIG`: that fires when the parent *thread* that spawned the host exits, and trio
+spawns processes from its worker-thread cache, whose idle threads exit after about ten seconds.
 """
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import logging
 import os
-import signal
 import sys
 
 import trio
 from codemode_host.server import serve_connection
 
-_PR_SET_PDEATHSIG = 1
 _PIPE_SIZE = 1 << 20
 
 
-def _die_with_parent() -> None:
+def _watch_parent() -> int | None:
+    """A pidfd of the parent process (None where pidfds do not exist); exits at once if the
+    parent is already gone."""
     parent = os.getppid()
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):  # pragma: no cover - not Linux
-        return
-    if os.getppid() != parent:  # the parent died before prctl took effect
+        pidfd = os.pidfd_open(parent)
+    except (AttributeError, OSError):  # pragma: no cover - not Linux 5.3+
+        return None
+    if os.getppid() != parent:  # the parent died before the pidfd was opened
         os._exit(0)
+    return pidfd
 
 
 def _grow_pipe(fd: int) -> None:
@@ -42,11 +45,11 @@ def _grow_pipe(fd: int) -> None:
         pass
 
 
-async def _serve(protocol_in: int, protocol_out: int) -> int:
+async def _serve(protocol_in: int, protocol_out: int, parent_pidfd: int | None) -> int:
     receive = trio.lowlevel.FdStream(protocol_in)
     send = trio.lowlevel.FdStream(protocol_out)
     async with receive, send:
-        return await serve_connection(receive, send)
+        return await serve_connection(receive, send, parent_pidfd=parent_pidfd)
 
 
 def main() -> None:
@@ -55,7 +58,7 @@ def main() -> None:
         level=os.environ.get("CODEMODE_HOST_LOG", "WARNING").upper(),
         format="codemode-host %(levelname)s %(name)s: %(message)s",
     )
-    _die_with_parent()
+    parent_pidfd = _watch_parent()
     protocol_in, protocol_out = os.dup(0), os.dup(1)
     os.dup2(2, 1)
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -63,7 +66,7 @@ def main() -> None:
     os.close(devnull)
     for fd in (protocol_in, protocol_out):
         _grow_pipe(fd)
-    status = trio.run(_serve, protocol_in, protocol_out)
+    status = trio.run(_serve, protocol_in, protocol_out, parent_pidfd)
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown: the engine's threads are joined and the frames flushed.

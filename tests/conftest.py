@@ -74,7 +74,7 @@ class _DurationCheckedSession:
         async def initial_response() -> RuntimeResponse:
             return _checked_response(await started.initial_response(), self._timed)
 
-        return StartedCell(started.cell_id, initial_response)
+        return StartedCell._create(started.cell_id, initial_response, started.release)
 
     def _outcome(self, outcome: WaitOutcome) -> WaitOutcome:
         response = _checked_response(outcome.response, self._timed)

@@ -28,7 +28,7 @@ from codemode import (
     WaitRequest,
     Yielded,
 )
-from codemode._frame_stream import receive_message
+from codemode._trio import receive_message
 from codemode.protocol import (
     LIMITS_CAPABILITY,
     MAX_FRAME_BYTES,
@@ -37,6 +37,7 @@ from codemode.protocol import (
     DelegateRequest,
     DelegateResponse,
     Err,
+    ErrorKind,
     Execute,
     ExecutionStarted,
     FrameDecoder,
@@ -235,9 +236,13 @@ async def test_session_id_cannot_be_reused_after_shutdown() -> None:
         await client.request(1, OpenSession(session_id="session-1"))
         await client.request(2, ShutdownSession(session_id="session-1"))
         response = await client.request(3, OpenSession(session_id="session-1"))
-        assert response.result == Err(message="code-mode session ID `session-1` was reused")
+        assert response.result == Err(
+            kind=ErrorKind.INVALID_REQUEST, message="code-mode session ID `session-1` was reused"
+        )
         response = await client.request(4, ShutdownSession(session_id="nope"))
-        assert response.result == Err(message="unknown code-mode session nope")
+        assert response.result == Err(
+            kind=ErrorKind.INVALID_REQUEST, message="unknown code-mode session nope"
+        )
 
 
 # ---- ordering and reverse calls ------------------------------------------------------------
@@ -330,12 +335,12 @@ async def test_cell_closed_is_never_sent_before_the_initial_response() -> None:
 
 NOISY_HOST = """
 import builtins, sys
-import codemode_host.server as server
-original = server._Host.dispatch
-def noisy(self, message):
+import codemode_host._requests as requests
+original = requests.Requests.start
+def noisy(self, request_id, request):
     print("stray print on stdout", flush=True)
-    return original(self, message)
-server._Host.dispatch = noisy
+    return original(self, request_id, request)
+requests.Requests.start = noisy
 from codemode_host.__main__ import main
 main()
 """
@@ -514,10 +519,10 @@ async def test_an_execute_abandoned_before_admission_leaves_the_session_usable()
 
 STUCK_HOST = """
 import trio
-import codemode_host.server as server
-async def never_answers(self, session_id):
+from codemode_host.runtime import RuntimeSession
+async def never_answers(self):
     await trio.sleep_forever()
-server._Host._shutdown_session = never_answers
+RuntimeSession.shutdown = never_answers
 from codemode_host.__main__ import main
 main()
 """

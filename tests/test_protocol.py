@@ -36,6 +36,7 @@ from codemode.protocol import (
     DelegateRequest,
     DelegateResponse,
     Err,
+    ErrorKind,
     Execute,
     ExecutionStarted,
     FrameDecodeError,
@@ -108,7 +109,7 @@ CLIENT_MESSAGES: list[object] = [
     OperationCancel(id=2),
     DelegateResponse(id=6, result=Ok(value=ToolResult(result={"answer": 42}))),
     DelegateResponse(id=7, result=Ok(value=NotificationDelivered())),
-    DelegateResponse(id=8, result=Err(message="tool failed")),
+    DelegateResponse(id=8, result=Err(kind=ErrorKind.TOOL, message="tool failed")),
 ]
 
 HOST_MESSAGES: list[object] = [
@@ -148,9 +149,11 @@ HOST_MESSAGES: list[object] = [
         ),
     ),
     OperationResponse(id=5, result=Ok(value=SessionClosed(session_id="s"))),
-    OperationResponse(id=6, result=Err(message="unknown code-mode session s")),
+    OperationResponse(
+        id=6, result=Err(kind=ErrorKind.INVALID_REQUEST, message="unknown code-mode session s")
+    ),
     InitialResponse(id=2, result=Ok(value=Terminated(cell_id="1", content_items=[]))),
-    InitialResponse(id=8, result=Err(message="execution failed")),
+    InitialResponse(id=8, result=Err(kind=ErrorKind.INTERNAL, message="execution failed")),
     DelegateRequest(id=10, session_id="s", request=ToolInvoke(invocation=CALL)),
     DelegateRequest(
         id=11,

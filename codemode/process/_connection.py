@@ -1,94 +1,91 @@
-"""One connection to one host process: requests, reverse calls, cells, and loss of the host.
+"""One host process and its connection: the trio adapter around `ClientConnection`.
 
-A thin trio adapter around the sans-IO codec: one reader task decodes frames and dispatches
-them; writers go through one `StrictFIFOLock` and a write is never cut by cancellation (a cut
-frame would corrupt the stream). A supervisor task waits for the process to exit.
+The protocol's rules live in the sans-IO `ClientConnection`; `HostLink` only moves bytes and
+runs tasks, all in a nursery of its own that `run` opens (started with `nursery.start` once the
+handshake succeeded):
 
-Rules (reference-host 1.5, 1.6, 4.2 to 4.4):
-1. Cells are registered the moment `execution/started` is read, before any later frame, so
-   every reverse call finds its cell and the delegate given to `execute`.
-2. A reverse call runs as a task in its cell's `CallbackGroup`; `delegate/cancel` cancels it and
-   suppresses its answer. On `cell/closed` the cell's calls are cancelled, and `cell_closed`
-   runs once they returned or after the 1 s grace.
-3. The first failure wins: every pending operation fails with its text, every call in flight is
-   cancelled, every live cell gets exactly one `cell_closed`, the process is killed and reaped.
+- the writer sends whatever the connection queued, all of it in one write;
+- the reader feeds bytes to the connection and dispatches its events (`_pump`): answers land in
+  one-shot slots, reverse calls run as tasks in their cell's `CallbackGroup`, `cell/closed`
+  cancels a cell's calls and calls `cell_closed` once they returned or after the grace;
+- the supervisor waits for the process; stderr is forwarded from the moment of the spawn.
+
+Rules:
+1. The first failure wins (`_lost`): every slot gets a `HostLostError` with its text (the
+   cause chained), every call in flight is cancelled, every live cell gets exactly one
+   `cell_closed`, the process is killed and reaped.
+2. A host that exits is reported only once its stdout is drained (bounded): answers it wrote
+   before exiting still reach their callers.
+3. Once started, the link's tasks are shielded from the provider's cancellation (the provider's
+   bounded shutdown still needs the reader); `aclose()` lifts that, with a deadline.
 """
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import logging
-from collections.abc import Awaitable, Callable
-from functools import partial
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import msgspec
 import trio
 
-from .._api import ExecuteRequest, RuntimeResponse, SessionDelegate
-from .._callbacks import CLEANUP_GRACE, CallbackGroup
-from .._frame_stream import receive_message
-from .._oneshot import OneShot
-from ..errors import CodeModeError, ToolError, error_from_message, tool_failure_message
+from .._api import CellLimits, ExecuteRequest, SessionDelegate
+from .._trio import CLEANUP_GRACE, CallbackGroup, OneShot, open_service_nursery
+from ..errors import ErrorKind, HostLostError, ToolError, tool_failure_message
 from ..protocol import (
     LIMITS_CAPABILITY,
-    PROTOCOL_VERSION,
-    CellClosed,
-    DelegateCancel,
-    DelegateRequest,
-    DelegateResponse,
+    NEED_DATA,
+    Answered,
+    CellEnded,
+    ClientConnection,
+    ClientEvent,
+    ConnectionEnded,
+    DelegateCancelled,
+    DelegateRequested,
     Err,
-    Execute,
     ExecutionStarted,
-    FrameDecoder,
-    FrameEncoder,
-    FrameTooLargeError,
-    Hello,
-    HostMessage,
-    HostRequest,
+    HandshakeCompleted,
+    HandshakeRejected,
     HostResponse,
-    InitialResponse,
+    InitialAnswered,
     NotificationDelivered,
-    NotificationSend,
     Ok,
-    OperationCancel,
-    OperationRequest,
-    OperationResponse,
-    ProtocolError,
-    Ready,
-    Rejected,
-    Terminate,
+    RemoteProtocolError,
     ToolInvoke,
     ToolResult,
 )
-from ._host_process import forward_stderr
+from ._host_process import StderrTail, spawn_host
 
 logger = logging.getLogger("codemode.process")
 
 HANDSHAKE_TIMEOUT = 10.0
-UNCANCELLABLE_TIMEOUT = 60.0
-"""Bound on terminate and shutdown, which callers cannot cancel (reference-host 4.2)."""
 CLOSE_TIMEOUT = 5.0
+"""Seconds a closing host has to exit after its stdin closed, before it is killed."""
+DRAIN_TIMEOUT = 1.0
+"""Seconds to read what an exited host left in its stdout pipe (rule 2)."""
+READ_CHUNK = 1 << 20
 
 HostResult = Ok[HostResponse] | Err
-InitialResult = Ok[RuntimeResponse] | Err
-InitialSlot = OneShot[InitialResult]
-"""Where the `execute/initialResponse` of one execute lands."""
+InitialResult = Ok[Any] | Err
 
 
-class _Pending:
-    """An operation waiting for its `operation/response`."""
+class ClientCell:
+    """A live cell as the client sees it: who to call back, and its calls in flight."""
 
-    __slots__ = ("abandoned", "answer", "execute")
+    def __init__(
+        self, session_id: str, public_id: str, delegate: SessionDelegate, nursery: trio.Nursery
+    ) -> None:
+        self.session_id = session_id
+        self.public_id = public_id
+        self.delegate = delegate
+        self.calls = CallbackGroup(nursery)
+        self.closed = trio.Event()
 
-    def __init__(self) -> None:
-        self.answer: OneShot[HostResult] = OneShot()
-        self.abandoned = False
-        self.execute: _ExecuteContext | None = None
 
+class _Execute:
+    """What an execute needs once the host admits its cell."""
 
-class _ExecuteContext:
-    __slots__ = ("delegate", "initial", "public_id", "session_id")
+    __slots__ = ("delegate", "public_id", "session_id")
 
     def __init__(
         self, session_id: str, delegate: SessionDelegate, public_id: Callable[[str], str]
@@ -96,179 +93,250 @@ class _ExecuteContext:
         self.session_id = session_id
         self.delegate = delegate
         self.public_id = public_id
-        self.initial: InitialSlot = OneShot()
 
 
-class ClientCell:
-    """A live cell as the client sees it: who to call back, and its calls in flight."""
+class HostLink:
+    """A host process and its connection, from spawn to loss. Started by `run`."""
 
-    def __init__(
-        self,
-        session_id: str,
-        wire_id: str,
-        public_id: str,
-        delegate: SessionDelegate,
-        nursery: trio.Nursery,
-    ) -> None:
-        self.session_id = session_id
-        self.wire_id = wire_id
-        self.public_id = public_id
-        self.delegate = delegate
-        self.calls = CallbackGroup(nursery)
-        self.closed = trio.Event()
-
-
-class HostConnection:
-    """A spawned host process, after a successful handshake. Made by `connect`."""
-
-    def __init__(self, process: trio.Process, nursery: trio.Nursery) -> None:
-        assert process.stdin is not None
-        assert process.stdout is not None
-        self._process = process
-        self._stdin = process.stdin
-        self._stdout = process.stdout
-        self._nursery = nursery
-        self._encoder = FrameEncoder()
-        self._decoder: FrameDecoder[HostMessage] = FrameDecoder(HostMessage)  # type: ignore[arg-type]
-        self._send_lock = trio.StrictFIFOLock()
-        self._request_ids = itertools.count(1)
-        self._pending: dict[int, _Pending] = {}
-        self._initial: dict[int, InitialSlot] = {}
+    def __init__(self, command: list[str], handshake_timeout: float = HANDSHAKE_TIMEOUT) -> None:
+        self._command = command
+        self._handshake_timeout = handshake_timeout
+        self._connection = ClientConnection(optional_capabilities=[LIMITS_CAPABILITY])
+        self._stderr = StderrTail()
+        self._process: trio.Process | None = None
+        self._nursery: trio.Nursery | None = None
+        self._life: trio.CancelScope | None = None
+        self._queued = trio.Event()
+        self._handshake: OneShot[HandshakeCompleted | HandshakeRejected | None] = OneShot()
+        self._answers: dict[int, OneShot[HostResult | HostLostError]] = {}
+        self._initials: dict[int, OneShot[InitialResult | HostLostError]] = {}
+        self._executes: dict[int, _Execute] = {}
         self._cells: dict[tuple[str, str], ClientCell] = {}
-        self._calls: dict[int, trio.CancelScope] = {}
         self._closing_cells: set[ClientCell] = set()
-        self.capabilities: frozenset[str] = frozenset()
-        self.alive = True
-        self.failure: str | None = None
-        self._background: set[trio.CancelScope] = set()
+        self._calls: dict[int, trio.CancelScope] = {}
+        self._stdout_done = trio.Event()
+        self._ended = trio.Event()
+        self._finished = trio.Event()
+        self.failure: HostLostError | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.failure is None
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return self._connection.capabilities
 
     # ---- lifecycle -------------------------------------------------------------------------
 
-    async def _handshake(self) -> None:
-        hello = Hello(
-            supported_versions=[PROTOCOL_VERSION], optional_capabilities=[LIMITS_CAPABILITY]
-        )
-        await self._send(self._encoder.encode(hello))
-        message = await self._read_message()
-        if message is None:
-            raise CodeModeError("code-mode host exited during handshake")
-        if isinstance(message, Rejected):
-            raise CodeModeError(f"code-mode host rejected the handshake: {message.reason!r}")
-        if not isinstance(message, Ready) or message.selected_version != PROTOCOL_VERSION:
-            raise CodeModeError(
-                f"code-mode host returned an invalid handshake response: {message!r}"
-            )
-        self.capabilities = frozenset(message.capabilities)
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Spawn the host, shake hands, then serve until the link is lost or closed.
 
-    def _start(self) -> None:
-        assert self._process.stderr is not None
-        for task in (
-            partial(forward_stderr, self._process.stderr),
-            self._read_loop,
-            self._supervise,
-        ):
-            self._nursery.start_soon(self._run_background, task)
-
-    async def _run_background(self, task: Callable[[], Awaitable[None]]) -> None:
-        # The connection's own tasks outlive a cancellation of the provider's block: its
-        # shielded shutdown still needs the reader. `aclose` stops them (after the process).
-        scope = trio.CancelScope(shield=True)
-        self._background.add(scope)
+        Raises (before `started`, to the caller of `nursery.start`):
+            HostLostError: the host could not be spawned, exited, refused or did not answer
+                the handshake in time; the text ends with its last stderr lines.
+        """
+        self._process = process = await spawn_host(self._command)
+        assert process.stdin is not None
+        assert process.stdout is not None
+        assert process.stderr is not None
         try:
-            with scope:
-                await task()
+            with trio.CancelScope() as self._life:
+                async with open_service_nursery() as nursery:
+                    self._nursery = nursery
+                    nursery.start_soon(self._stderr.forward, process.stderr)
+                    nursery.start_soon(self._write, process.stdin)
+                    nursery.start_soon(self._read, process.stdout)
+                    nursery.start_soon(self._supervise, process)
+                    await self._shake_hands()
+                    self._life.shield = True  # rule 3
+                    task_status.started()
+                    await self._ended.wait()
+                    await self._wait_closing_cells()
+                    nursery.cancel_scope.cancel()
         finally:
-            self._background.discard(scope)
+            with trio.CancelScope(shield=True):
+                await _reap(process)
+            self._finished.set()
+
+    async def _shake_hands(self) -> None:
+        """Wait for the host's answer to the hello (queued by the connection)."""
+        self._flush()
+        answer: HandshakeCompleted | HandshakeRejected | None = None
+        with trio.move_on_after(self._handshake_timeout) as timer:
+            answer = await self._handshake.get()
+        if isinstance(answer, HandshakeCompleted):
+            return
+        process = self._process
+        assert process is not None
+        if timer.cancelled_caught:
+            reason = "timed out negotiating with the code-mode host"
+        elif isinstance(answer, HandshakeRejected):
+            reason = f"code-mode host rejected the handshake: {answer.reason!r}"
+        elif process.returncode is not None:
+            reason = f"code-mode host exited during handshake with status {process.returncode}"
+        else:
+            assert self.failure is not None
+            reason = str(self.failure)
+        cause = self.failure.__cause__ if self.failure is not None else None
+        self._lost(reason)
+        with trio.move_on_after(DRAIN_TIMEOUT):
+            await self._stderr.closed.wait()  # its last words explain the failure
+        raise HostLostError(self._stderr.describe(reason)) from cause
 
     async def aclose(self) -> None:
-        """Close stdin so the host exits (killed if it has not within CLOSE_TIMEOUT), then
-        stop the connection's tasks."""
-        with trio.CancelScope(shield=True):
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                async with self._send_lock:
-                    await self._stdin.aclose()
+        """Close the host's stdin so it shuts down and exits (killed after CLOSE_TIMEOUT),
+        then end the link: its live cells get `cell_closed`. Bounded; idempotent."""
+        process = self._process
+        if process is not None and process.stdin is not None and self.alive:
+            self._flush()
             with trio.move_on_after(CLOSE_TIMEOUT):
-                await self._process.wait()
-            self._fail("code-mode host connection closed")
-            await self._process.wait()
-        for scope in list(self._background):
-            scope.cancel()
+                await process.stdin.aclose()
+                await process.wait()
+        self._lost("code-mode host connection closed")
+        if self._life is not None:
+            self._life.deadline = trio.current_time() + CLOSE_TIMEOUT + CLEANUP_GRACE
+        with trio.move_on_after(CLOSE_TIMEOUT + CLEANUP_GRACE):
+            await self._finished.wait()
 
     def abort(self, reason: str) -> None:
-        """Give up on the host: everything pending fails with `reason`, the process is killed."""
-        self._fail(reason)
+        """Give up on the host now: everything pending fails with `reason`, it is killed."""
+        self._lost(reason)
 
-    async def _supervise(self) -> None:
-        status = await self._process.wait()
-        self._fail(f"code-mode host exited with status {status}")
-        async with self._send_lock:
-            await self._stdin.aclose()
+    def _lost(self, reason: str, cause: BaseException | None = None) -> None:
+        """Rule 1: the first failure wins."""
+        if self.failure is not None:
+            return
+        failure = HostLostError(reason)
+        failure.__cause__ = cause
+        self.failure = failure
+        logger.debug("code-mode host connection failed: %s", reason)
+        self._connection.connection_lost()
+        self._handshake.set(None)  # wakes a handshake in progress
+        for slots in (self._answers, self._initials):
+            for slot in slots.values():
+                slot.set(failure)
+        self._executes.clear()
+        for scope in self._calls.values():
+            scope.cancel()
+        self._calls.clear()
+        for key in list(self._cells):
+            self._close_cell(key)
+        if self._process is not None and self._process.returncode is None:
+            self._process.kill()
+        self._ended.set()
+
+    async def _wait_closing_cells(self) -> None:
+        while self._closing_cells:
+            await next(iter(self._closing_cells)).closed.wait()
 
     # ---- the wire --------------------------------------------------------------------------
 
-    async def _send(self, frame: bytes) -> None:
-        async with self._send_lock:
-            # Shielded: a frame cut by cancellation would corrupt the stream for everyone.
-            with trio.CancelScope(shield=True):
-                try:
-                    await self._stdin.send_all(frame)
-                except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
-                    self._fail(f"failed to write code-mode host message: {error}")
-                    raise CodeModeError(self.failure or str(error)) from error
+    def _flush(self) -> None:
+        self._queued.set()
 
-    def _send_soon(self, message: object) -> None:
-        """Send from a context that cannot wait (a cancelled caller, the reader)."""
-        frame = self._encoder.encode(message)
-        self._nursery.start_soon(self._send_quietly, frame)
+    async def _write(self, stdin: trio.abc.SendStream) -> NoReturn:
+        while True:
+            await self._queued.wait()
+            self._queued = trio.Event()
+            data = self._connection.data_to_send()
+            if not data:
+                continue
+            try:
+                await stdin.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
+                self._lost(f"failed to write code-mode host message: {error}", error)
+                await trio.sleep_forever()
 
-    async def _send_quietly(self, frame: bytes) -> None:
+    async def _read(self, stdout: trio.abc.ReceiveStream) -> None:
         try:
-            await self._send(frame)
-        except CodeModeError:
-            pass  # the connection failed; _fail told everyone
-
-    async def _read_message(self) -> HostMessage | None:
-        return await receive_message(self._stdout, self._decoder)
-
-    async def _read_loop(self) -> None:
-        try:
-            async with self._stdout:
-                while (message := await self._read_message()) is not None:
-                    self._dispatch(message)
-        except ProtocolError as error:
-            self._fail(f"failed to read code-mode host message: {error}")
+            while True:
+                data = await stdout.receive_some(READ_CHUNK)
+                self._connection.receive_data(data)
+                self._pump()
+                if not data:
+                    break
+        except RemoteProtocolError as error:
+            self._lost(f"failed to read code-mode host message: {error}", error)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
-            self._fail(f"failed to read code-mode host message: {error}")
-        else:
-            self._fail("code-mode host closed its stdout")
+            self._lost(f"failed to read code-mode host message: {error}", error)
+        finally:
+            self._stdout_done.set()
+        process = self._process
+        assert process is not None
+        with trio.move_on_after(DRAIN_TIMEOUT):
+            status = await process.wait()
+            self._lost(f"code-mode host exited with status {status}")
+        self._lost("code-mode host closed its stdout")
+
+    async def _supervise(self, process: trio.Process) -> None:
+        status = await process.wait()
+        with trio.move_on_after(DRAIN_TIMEOUT):
+            await self._stdout_done.wait()  # rule 2
+        self._lost(f"code-mode host exited with status {status}")
+
+    def _pump(self) -> None:
+        """Dispatch every event the connection has (also those a call produced locally)."""
+        if self.failure is not None:
+            return
+        try:
+            while (event := self._connection.next_event()) is not NEED_DATA:
+                self._dispatch(event)
+        except RemoteProtocolError as error:
+            self._lost(f"failed to read code-mode host message: {error}", error)
+        self._flush()
+
+    def _dispatch(self, event: ClientEvent) -> None:
+        match event:
+            case Answered(request_id=request_id, result=result):
+                context = self._executes.pop(request_id, None)
+                if context is not None and isinstance(result, Ok):
+                    self._admit(context, result.value)
+                slot = self._answers.pop(request_id, None)
+                if slot is not None:
+                    slot.set(result)
+            case InitialAnswered(request_id=request_id, result=initial):
+                initial_slot = self._initials.pop(request_id, None)
+                if initial_slot is not None:
+                    initial_slot.set(initial)
+            case DelegateRequested():
+                self._start_call(event)
+            case DelegateCancelled(call_id=call_id):
+                scope = self._calls.pop(call_id, None)
+                if scope is not None:
+                    scope.cancel()
+            case CellEnded(session_id=session_id, cell_id=cell_id):
+                self._close_cell((session_id, cell_id))
+            case HandshakeCompleted() | HandshakeRejected():
+                self._handshake.set(event)
+            case ConnectionEnded():
+                pass  # the reader saw EOF: it names the cause once the process exited
 
     # ---- operations ------------------------------------------------------------------------
 
-    def _check_alive(self) -> None:
-        if not self.alive:
-            raise CodeModeError(self.failure or "code-mode host connection closed")
+    def _check(self) -> None:
+        if self.failure is not None:
+            raise self.failure
 
-    async def request(
-        self,
-        request: HostRequest,
-        *,
-        cancellable: bool = True,
-        on_abandon: Callable[[OneShot[HostResult]], None] | None = None,
-    ) -> HostResponse:
-        """Send an operation and return its response value.
-
-        Raises:
-            CodeModeError: the host's error text, a frame-limit error, or the connection's
-                failure text.
-        """
-        self._check_alive()
-        request_id = next(self._request_ids)
+    async def _await(self, request_id: int) -> HostResult:
+        slot: OneShot[HostResult | HostLostError] = OneShot()
+        self._answers[request_id] = slot
+        self._pump()
         try:
-            frame = self._encoder.encode(OperationRequest(id=request_id, request=request))
-        except FrameTooLargeError as error:
-            raise CodeModeError(f"code-mode request exceeds the IPC frame limit: {error}") from None
-        pending = _Pending()
-        return self._unwrap(await self._await(request_id, frame, pending, cancellable, on_abandon))
+            answer = await slot.get()
+        except BaseException:
+            self._answers.pop(request_id, None)
+            if self.alive:
+                self._connection.cancel(request_id)
+                self._pump()
+            raise
+        if isinstance(answer, HostLostError):
+            raise answer
+        return answer
+
+    async def open_session(self, session_id: str, limits: CellLimits | None) -> HostResult:
+        self._check()
+        return await self._await(self._connection.open_session(session_id, limits))
 
     async def execute(
         self,
@@ -276,252 +344,133 @@ class HostConnection:
         request: ExecuteRequest,
         delegate: SessionDelegate,
         public_id: Callable[[str], str],
-    ) -> tuple[str, int, InitialSlot]:
-        """Start a cell; returns its wire id, the execute's request id (to cancel the initial
-        response) and where its initial response will land."""
-        self._check_alive()
-        request_id = next(self._request_ids)
-        message = OperationRequest(
-            id=request_id, request=Execute(session_id=session_id, request=request)
-        )
-        try:
-            frame = self._encoder.encode(message)
-        except FrameTooLargeError as error:
-            raise CodeModeError(
-                f"code-mode execute request exceeds the IPC frame limit: {error}"
-            ) from None
-        pending = _Pending()
-        pending.execute = context = _ExecuteContext(session_id, delegate, public_id)
-        response = self._unwrap(await self._await(request_id, frame, pending, True, None))
-        if not isinstance(response, ExecutionStarted):
-            raise CodeModeError("code-mode host returned an invalid execute response")
-        return response.cell_id, request_id, context.initial
+    ) -> tuple[HostResult, int]:
+        """Start a cell; returns the answer and the execute's request id (the key of its
+        initial response). Cancelled before the answer: the cell is terminated once admitted.
 
-    def cancel_operation(self, request_id: int) -> None:
-        """Ask the host to stop an execute's initial observation (or a wait) without waiting."""
+        Raises:
+            FrameTooLargeError: the request does not fit in a frame (nothing was sent).
+        """
+        self._check()
+        request_id = self._connection.execute(session_id, request)
+        self._executes[request_id] = _Execute(session_id, delegate, public_id)
+        return await self._await(request_id), request_id
+
+    async def initial_response(self, request_id: int) -> InitialResult:
+        """Take and await the initial response of execute `request_id` (cancelled: retired)."""
+        self._check()
+        self._connection.take_initial(request_id)
+        slot: OneShot[InitialResult | HostLostError] = OneShot()
+        self._initials[request_id] = slot
+        self._pump()
+        try:
+            answer = await slot.get()
+        except BaseException:
+            self._initials.pop(request_id, None)
+            if self.alive:
+                self._connection.cancel(request_id)
+                self._pump()
+            raise
+        if isinstance(answer, HostLostError):
+            raise answer
+        return answer
+
+    def release_initial(self, request_id: int) -> None:
         if self.alive:
-            self._send_soon(OperationCancel(id=request_id))
+            self._connection.release_initial(request_id)
+            self._pump()
 
-    async def _await(
-        self,
-        request_id: int,
-        frame: bytes,
-        pending: _Pending,
-        cancellable: bool,
-        on_abandon: Callable[[OneShot[HostResult]], None] | None,
-    ) -> HostResult:
-        await self._send(frame)
-        # Registered once sent (no checkpoint in between, so the answer cannot come first): a
-        # caller cancelled before its frame left leaves nothing behind.
-        self._check_alive()
-        self._pending[request_id] = pending
-        if pending.execute is not None:
-            self._initial[request_id] = pending.execute.initial
-        if not cancellable:
-            with trio.CancelScope(shield=True) as bounded:
-                bounded.deadline = trio.current_time() + UNCANCELLABLE_TIMEOUT
-                await pending.answer.wait()
-            if bounded.cancelled_caught:
-                self._fail("code-mode host timed out waiting for a response")
-        else:
-            try:
-                await pending.answer.wait()
-            except trio.Cancelled:
-                if not pending.answer.is_set() and self.alive:
-                    pending.abandoned = True
-                    self._send_soon(OperationCancel(id=request_id))
-                    if on_abandon is not None:
-                        on_abandon(pending.answer)
-                raise
-        return pending.answer.value()
+    async def wait(self, session_id: str, cell_id: str, yield_time_ms: int) -> HostResult:
+        self._check()
+        return await self._await(self._connection.wait(session_id, cell_id, yield_time_ms))
 
-    def _unwrap(self, result: HostResult) -> HostResponse:
-        if isinstance(result, Err):
-            raise error_from_message(result.message)
-        return result.value
+    async def terminate(self, session_id: str, cell_id: str) -> HostResult:
+        self._check()
+        return await self._await(self._connection.terminate(session_id, cell_id))
 
-    # ---- incoming --------------------------------------------------------------------------
+    async def shutdown_session(self, session_id: str) -> HostResult:
+        self._check()
+        return await self._await(self._connection.shutdown_session(session_id))
 
-    def _dispatch(self, message: HostMessage) -> None:
-        match message:
-            case OperationResponse(id=request_id, result=result):
-                self._on_response(request_id, result)
-            case InitialResponse(id=request_id, result=initial):
-                slot = self._initial.pop(request_id, None)
-                if slot is None:
-                    raise ProtocolError(
-                        "code-mode host returned initial response for unknown request ID"
-                        f" {request_id}"
-                    )
-                slot.set(initial)
-            case DelegateRequest():
-                self._on_delegate_request(message)
-            case DelegateCancel(id=call_id):
-                scope = self._calls.pop(call_id, None)
-                if scope is not None:
-                    scope.cancel()
-            case CellClosed(session_id=session_id, cell_id=cell_id):
-                cell = self._cells.pop((session_id, cell_id), None)
-                if cell is None:
-                    raise ProtocolError(
-                        f"code-mode host closed unknown cell {cell_id} in session {session_id}"
-                    )
-                self._close_cell(cell)
-            case Ready() | Rejected():
-                raise ProtocolError("code-mode host sent a second handshake response")
+    def cells_of(self, session_id: str) -> list[ClientCell]:
+        """The session's cells that are live or closing (their `cell_closed` still to come)."""
+        cells = [*self._cells.values(), *self._closing_cells]
+        return [cell for cell in cells if cell.session_id == session_id]
 
-    def _on_response(self, request_id: int, result: HostResult) -> None:
-        pending = self._pending.pop(request_id, None)
-        if pending is None:
-            raise ProtocolError(f"code-mode host returned unknown request ID {request_id}")
-        context = pending.execute
-        if context is not None:
-            if isinstance(result, Ok) and isinstance(result.value, ExecutionStarted):
-                wire_id = result.value.cell_id
-                key = (context.session_id, wire_id)
-                if key in self._cells:
-                    raise ProtocolError(
-                        f"code-mode host reused live cell {wire_id} in session {context.session_id}"
-                    )
-                self._cells[key] = ClientCell(
-                    context.session_id,
-                    wire_id,
-                    context.public_id(wire_id),
-                    context.delegate,
-                    self._nursery,
-                )
-                if pending.abandoned:
-                    # Its caller went away: the cell must not run unobserved forever.
-                    terminate = Terminate(session_id=context.session_id, cell_id=wire_id)
-                    self._nursery.start_soon(self._fire_and_forget, terminate)
-            else:
-                self._initial.pop(request_id, None)
-        pending.answer.set(result)
+    # ---- cells and reverse calls -----------------------------------------------------------
 
-    async def _fire_and_forget(self, request: HostRequest) -> None:
-        try:
-            await self.request(request, cancellable=False)
-        except CodeModeError:
-            pass
+    def _admit(self, context: _Execute, value: object) -> None:
+        assert isinstance(value, ExecutionStarted)
+        assert self._nursery is not None
+        public_id = context.public_id(value.cell_id)
+        cell = ClientCell(context.session_id, public_id, context.delegate, self._nursery)
+        self._cells[(context.session_id, value.cell_id)] = cell
 
-    def _on_delegate_request(self, message: DelegateRequest) -> None:
-        request = message.request
-        cell_id = request.invocation.cell_id if isinstance(request, ToolInvoke) else request.cell_id
-        cell = self._cells.get((message.session_id, cell_id))
-        if cell is None:
-            raise ProtocolError(
-                f"code-mode host delegated for unknown cell {cell_id}"
-                f" in session {message.session_id}"
-            )
-        if message.id in self._calls:
-            raise ProtocolError(f"duplicate code-mode delegate request ID {message.id}")
-        self._calls[message.id] = cell.calls.start(self._run_call, message.id, cell, request)
-
-    async def _run_call(
-        self, call_id: int, cell: ClientCell, request: ToolInvoke | NotificationSend
-    ) -> None:
-        result: Ok[ToolResult | NotificationDelivered] | Err
-        try:
-            if isinstance(request, ToolInvoke):
-                # The delegate sees the public cell id (`g2:1` after a host restart).
-                invocation = msgspec.structs.replace(request.invocation, cell_id=cell.public_id)
-                value = await cell.delegate.invoke_tool(invocation)
-                result = Ok(value=ToolResult(result=value))
-            else:
-                await cell.delegate.notify(request.call_id, cell.public_id, request.text)
-                result = Ok(value=NotificationDelivered())
-        except ToolError as error:
-            result = Err(message=error.text)
-        except Exception as error:
-            logger.warning("code-mode delegate task failed", exc_info=True)
-            result = Err(message=self._failure_text(request, error))
-        if self._calls.pop(call_id, None) is None or not self.alive:
-            return  # cancelled by the host, or the host is gone: no late answer
-        try:
-            frame = self._encoder.encode(DelegateResponse(id=call_id, result=result))
-        except FrameTooLargeError as error:
-            text = f"code-mode delegate response exceeds the IPC frame limit: {error}"
-            frame = self._encoder.encode(DelegateResponse(id=call_id, result=Err(message=text)))
-        except (TypeError, ValueError, OverflowError) as error:
-            text = self._failure_text(request, error)
-            frame = self._encoder.encode(DelegateResponse(id=call_id, result=Err(message=text)))
-        await self._send_quietly(frame)
-
-    @staticmethod
-    def _failure_text(request: ToolInvoke | NotificationSend, error: BaseException) -> str:
-        if isinstance(request, ToolInvoke):
-            return tool_failure_message(request.invocation.tool_name.name, error)
-        return f"code-mode delegate task failed: {error}"
-
-    def _close_cell(self, cell: ClientCell) -> None:
+    def _close_cell(self, key: tuple[str, str]) -> None:
         """Cancel the cell's calls; `cell_closed` once they returned or after the grace."""
+        cell = self._cells.pop(key, None)
+        if cell is None:
+            return
         cell.calls.cancel("the cell closed")
         self._closing_cells.add(cell)
-        # A background task: `cell_closed` is owed even if the provider's block is cancelled.
-        self._nursery.start_soon(self._run_background, partial(self._finish_cell, cell))
+        assert self._nursery is not None
+        self._nursery.start_soon(self._finish_cell, cell)
 
     async def _finish_cell(self, cell: ClientCell) -> None:
         with trio.move_on_after(CLEANUP_GRACE):
             await cell.calls.wait_idle()
-        self._closing_cells.discard(cell)
         try:
             cell.delegate.cell_closed(cell.public_id)
         except Exception:
             logger.exception("cell_closed(%r) raised", cell.public_id)
-        cell.closed.set()
+        finally:
+            self._closing_cells.discard(cell)
+            cell.closed.set()
 
-    def cells_of(self, session_id: str) -> list[ClientCell]:
-        """The session's cells that are live or closing (their cell_closed still to come)."""
-        live = [c for (s, _), c in self._cells.items() if s == session_id]
-        return live + [c for c in self._closing_cells if c.session_id == session_id]
-
-    # ---- failure ---------------------------------------------------------------------------
-
-    def _fail(self, reason: str) -> None:
-        if not self.alive:
+    def _start_call(self, event: DelegateRequested) -> None:
+        cell = self._cells.get((event.session_id, event.cell_id))
+        if cell is None:  # the connection knows the cell; we do not: a bug, not the host's
+            self._lost(f"code-mode client has no delegate for cell {event.cell_id}")
             return
-        self.alive = False
-        self.failure = reason
-        logger.debug("code-mode host connection failed: %s", reason)
-        for pending in self._pending.values():
-            pending.answer.set(Err(message=reason))
-        self._pending.clear()
-        for slot in self._initial.values():
-            slot.set(Err(message=reason))
-        self._initial.clear()
-        self._calls.clear()
-        for cell in self._cells.values():
-            self._close_cell(cell)
-        self._cells.clear()
-        if self._process.returncode is None:
-            self._process.kill()
+        self._calls[event.call_id] = cell.calls.start(self._run_call, event, cell)
+
+    async def _run_call(self, event: DelegateRequested, cell: ClientCell) -> None:
+        request = event.request
+        result: Ok[ToolResult | NotificationDelivered] | Err
+        try:
+            if isinstance(request, ToolInvoke):
+                # The delegate sees the public cell id (`g2:1` after a host restart).
+                call = msgspec.structs.replace(request.invocation, cell_id=cell.public_id)
+                result = Ok(value=ToolResult(result=await cell.delegate.invoke_tool(call)))
+            else:
+                await cell.delegate.notify(request.call_id, cell.public_id, request.text)
+                result = Ok(value=NotificationDelivered())
+        except ToolError as error:
+            result = Err(kind=ErrorKind.TOOL, message=error.text)
+        except Exception as error:
+            logger.warning("code-mode delegate task failed", exc_info=True)
+            result = Err(kind=ErrorKind.TOOL, message=_failure_text(event, error))
+        finally:
+            self._calls.pop(event.call_id, None)
+        try:
+            self._connection.send_delegate_response(event.call_id, result)
+        except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as error:
+            failure = Err(kind=ErrorKind.TOOL, message=_failure_text(event, error))
+            self._connection.send_delegate_response(event.call_id, failure)
+        self._flush()
 
 
-async def connect(
-    process: trio.Process, nursery: trio.Nursery, handshake_timeout: float = HANDSHAKE_TIMEOUT
-) -> HostConnection:
-    """Handshake with a freshly spawned host; on any failure the process is killed and reaped."""
-    connection = HostConnection(process, nursery)
-    try:
-        with trio.fail_after(handshake_timeout):
-            await connection._handshake()
-    except trio.TooSlowError:
-        await _kill(process)
-        raise CodeModeError("timed out negotiating with the code-mode host") from None
-    except (CodeModeError, ProtocolError, trio.BrokenResourceError) as error:
-        await _kill(process)
-        if isinstance(error, CodeModeError):
-            raise
-        raise CodeModeError(f"failed to read code-mode host hello: {error}") from error
-    except BaseException:
-        with trio.CancelScope(shield=True):
-            await _kill(process)
-        raise
-    connection._start()
-    return connection
+def _failure_text(event: DelegateRequested, error: BaseException) -> str:
+    if isinstance(event.request, ToolInvoke):
+        return tool_failure_message(event.request.invocation.tool_name.name, error)
+    return f"code-mode delegate task failed: {error}"
 
 
-async def _kill(process: trio.Process) -> None:
+async def _reap(process: trio.Process) -> None:
+    """Kill the process if it still runs, close its pipes and wait for it (no zombie, no fd)."""
     if process.returncode is None:
         process.kill()
+    for stream in (process.stdin, process.stdout, process.stderr):
+        if stream is not None:
+            await stream.aclose()
     await process.wait()

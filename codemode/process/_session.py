@@ -1,16 +1,25 @@
 """A session served by a host process (implements `codemode.Session`).
 
-The session binds to the provider's current host connection: opened on first use (or eagerly by
-`create_session`), re-opened after a host loss on the next operation, with the next
-*generation*. Public cell ids carry the generation: generation 1 keeps the host's ids (`"1"`),
-generation g > 1 prefixes them (`"g2:1"`); an id of another generation is refused with
-`cell <id> belongs to a stale code-mode host generation` (reference-host 1.4).
+The session binds to the provider's current host link: opened eagerly by `create_session`,
+re-opened after a host loss on the next operation, with the next *generation*. Public cell ids
+carry the generation: generation 1 keeps the host's ids (`"1"`), generation g > 1 prefixes them
+(`"g2:1"`); an id of another generation raises `StaleGenerationError` (reference-host 1.4).
+
+Rules:
+1. Errors from the host are turned into exceptions in one place: `errors.error_from_kind`, with
+   the public cell id (never by matching text).
+2. `terminate` is not cancellable (bounded by UNCANCELLABLE_TIMEOUT: past it the host is
+   declared lost); `shutdown` runs as a task of the provider, so cancelling its caller does not
+   stop it, and every later `shutdown()` waits for the same end.
+3. After shutdown began every operation raises `SessionShuttingDownError`; after the provider
+   closed, `ProviderClosedError`.
 """
 
 from __future__ import annotations
 
-import weakref
-from typing import TYPE_CHECKING
+import logging
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
@@ -18,54 +27,51 @@ import trio
 from .._api import (
     CellLimits,
     ExecuteRequest,
-    LiveCell,
     RuntimeResponse,
     SessionDelegate,
     StartedCell,
     WaitOutcome,
     WaitRequest,
 )
-from .._oneshot import OneShot
-from ..errors import CodeModeError, ObserverBusyError, SessionShuttingDownError, error_from_message
+from ..errors import (
+    CodeModeError,
+    FrameLimitError,
+    HostLostError,
+    InvalidRequestError,
+    ProviderClosedError,
+    SessionShuttingDownError,
+    StaleGenerationError,
+    error_from_kind,
+)
 from ..protocol import (
     LIMITS_CAPABILITY,
     Err,
+    ExecutionStarted,
+    FrameTooLargeError,
+    LocalProtocolError,
     Ok,
-    OpenSession,
-    SessionClosed,
     SessionReady,
-    ShutdownSession,
-    Terminate,
-    Wait,
     WaitCompleted,
 )
-from ._connection import HostConnection, HostResult, InitialSlot
+from ._connection import HostLink
 
 if TYPE_CHECKING:
     from ._provider import ProcessProvider
 
+logger = logging.getLogger("codemode.process")
 
-class _Initial:
-    """The initial response of one execute, until someone takes it."""
-
-    __slots__ = ("released", "request_id", "slot", "taken")
-
-    def __init__(self, request_id: int, slot: InitialSlot) -> None:
-        self.request_id = request_id
-        self.slot = slot
-        self.taken = False
-        self.released = False
+UNCANCELLABLE_TIMEOUT = 60.0
+"""Bound on terminate and a session's shutdown, which callers cannot cancel (reference-host
+4.2)."""
 
 
 class _Binding:
-    """The session as opened on one host connection."""
+    """The session as opened on one host link."""
 
-    def __init__(self, connection: HostConnection, session_id: str, generation: int) -> None:
-        self.connection = connection
+    def __init__(self, link: HostLink, session_id: str, generation: int) -> None:
+        self.link = link
         self.session_id = session_id
         self.generation = generation
-        self.retiring_waits: dict[str, OneShot[HostResult]] = {}
-        self.initials: dict[str, _Initial] = {}
 
     def public_id(self, wire_id: str) -> str:
         return wire_id if self.generation == 1 else f"g{self.generation}:{wire_id}"
@@ -73,20 +79,28 @@ class _Binding:
     def wire_id(self, public_id: str) -> str:
         if self.generation == 1:
             if public_id.startswith("g") and ":" in public_id:
-                raise CodeModeError(
-                    f"cell {public_id} belongs to a stale code-mode host generation"
-                )
+                raise StaleGenerationError(public_id)
             return public_id
         prefix = f"g{self.generation}:"
         if not public_id.startswith(prefix):
-            raise CodeModeError(f"cell {public_id} belongs to a stale code-mode host generation")
+            raise StaleGenerationError(public_id)
         return public_id[len(prefix) :]
 
     def response(self, response: RuntimeResponse) -> RuntimeResponse:
         return msgspec.structs.replace(response, cell_id=self.public_id(response.cell_id))
 
-    def outcome(self, outcome: WaitOutcome) -> WaitOutcome:
+    def outcome(self, result: Ok[Any] | Err, public_id: str) -> WaitOutcome:
+        value = _unwrap(result, public_id)
+        if not isinstance(value, WaitCompleted):
+            raise HostLostError("code-mode host returned an invalid cell response")
+        outcome = value.outcome
         return msgspec.structs.replace(outcome, response=self.response(outcome.response))
+
+
+def _unwrap(result: Ok[Any] | Err, cell_id: str | None = None) -> object:
+    if isinstance(result, Err):
+        raise error_from_kind(result.kind, result.message, cell_id)
+    return result.value
 
 
 class ProcessSession:
@@ -98,171 +112,141 @@ class ProcessSession:
         self._binding: _Binding | None = None
         self._retired: list[_Binding] = []
         self._generation = 0
-        self._shutting_down = False
         self._shutdown_done: trio.Event | None = None
         self._bind_lock = trio.Lock()
 
     @property
     def is_alive(self) -> bool:
-        """False once shutdown began, or while its host connection is lost."""
-        if self._shutting_down:
+        """False once shutdown began, the provider closed, or while its host is lost."""
+        if self._shutdown_done is not None or self._provider.closed:
             return False
-        return self._binding is None or self._binding.connection.alive
+        return self._binding is None or self._binding.link.alive
+
+    def _check(self) -> None:
+        if self._provider.closed:
+            raise ProviderClosedError()
+        if self._shutdown_done is not None:
+            raise SessionShuttingDownError()
 
     async def _bind(self) -> _Binding:
-        if self._shutting_down:
-            raise SessionShuttingDownError()
+        self._check()
         async with self._bind_lock:
-            if self._shutting_down:
-                raise SessionShuttingDownError()
+            self._check()
             binding = self._binding
-            if binding is not None and binding.connection.alive:
+            if binding is not None and binding.link.alive:
                 return binding
             if binding is not None:
                 self._retired.append(binding)
                 self._binding = None
-            connection = await self._provider._connection()
+            link = await self._provider._link()
             limits = None
             if self._limits != CellLimits():
-                if LIMITS_CAPABILITY not in connection.capabilities:
-                    raise CodeModeError(
+                if LIMITS_CAPABILITY not in link.capabilities:
+                    raise InvalidRequestError(
                         "code-mode host does not support session resource limits: missing"
                         f" `{LIMITS_CAPABILITY}` capability"
                     )
                 limits = self._limits
             session_id = self._provider._next_session_id()
-            response = await connection.request(
-                OpenSession(session_id=session_id, cell_execution_limits=limits)
-            )
-            if not isinstance(response, SessionReady) or response.session_id != session_id:
-                raise CodeModeError("code-mode host returned an invalid open-session response")
+            ready = _unwrap(await link.open_session(session_id, limits))
+            if not isinstance(ready, SessionReady):
+                raise HostLostError("code-mode host returned an invalid open-session response")
             self._generation += 1
-            self._binding = _Binding(connection, session_id, self._generation)
+            self._binding = _Binding(link, session_id, self._generation)
             return self._binding
 
     async def execute(self, request: ExecuteRequest, delegate: SessionDelegate) -> StartedCell:
-        """Admit and start a cell in the host; its first response comes later."""
-        binding = await self._bind()
-        wire_id, request_id, slot = await binding.connection.execute(
-            binding.session_id, request, delegate, binding.public_id
-        )
-        initial = _Initial(request_id, slot)
-        binding.initials[wire_id] = initial
+        """Admit and start a cell in the host; its first response comes later.
 
-        async def initial_response() -> RuntimeResponse:
-            return await self._initial_response(binding, wire_id, initial)
-
-        started = StartedCell(binding.public_id(wire_id), initial_response)
-        # Dropped unawaited: the host's initial observation is released for later waits.
-        weakref.finalize(started, self._release_initial, binding, initial)
-        return started
-
-    def _release_initial(self, binding: _Binding, initial: _Initial) -> None:
-        initial.released = True
-        if not initial.slot.is_set():
-            binding.connection.cancel_operation(initial.request_id)
-
-    async def _initial_response(
-        self, binding: _Binding, wire_id: str, initial: _Initial
-    ) -> RuntimeResponse:
-        if initial.taken:
-            raise CodeModeError(
-                f"the initial response of exec cell {binding.public_id(wire_id)} was already taken"
-            )
-        initial.released = False
-        try:
-            result = await initial.slot.get()
-        except trio.Cancelled:
-            self._release_initial(binding, initial)
-            raise
-        initial.taken = True
-        binding.initials.pop(wire_id, None)
-        if isinstance(result, Err):
-            raise error_from_message(result.message)
-        return binding.response(result.value)
-
-    async def wait(self, request: WaitRequest) -> WaitOutcome:
-        """Observe a cell.
-
-        An initial response nobody took is this observation (output is never lost); a wait
-        cancelled earlier is retired before this one is sent.
+        Cancelled before it returns, the cell (if the host admitted it) is terminated.
         """
         binding = await self._bind()
-        wire_id = binding.wire_id(request.cell_id)
-        initial = binding.initials.get(wire_id)
-        if initial is not None and not initial.taken:
-            if not initial.released:
-                raise ObserverBusyError(request.cell_id)
-            result = await initial.slot.get()
-            binding.initials.pop(wire_id, None)
-            if not initial.taken:
-                initial.taken = True
-                if isinstance(result, Ok):
-                    return LiveCell(response=binding.response(result.value))
-        retiring = binding.retiring_waits.pop(wire_id, None)
-        if retiring is not None:
-            await retiring.wait()
-
-        def retire(answer: OneShot[HostResult]) -> None:
-            binding.retiring_waits[wire_id] = answer
-
-        response = await binding.connection.request(
-            Wait(
-                session_id=binding.session_id,
-                request=WaitRequest(cell_id=wire_id, yield_time_ms=request.yield_time_ms),
-            ),
-            on_abandon=retire,
+        try:
+            result, request_id = await binding.link.execute(
+                binding.session_id, request, delegate, binding.public_id
+            )
+        except FrameTooLargeError as error:
+            raise FrameLimitError(
+                f"code-mode execute request exceeds the IPC frame limit: {error}"
+            ) from None
+        started = _unwrap(result)
+        if not isinstance(started, ExecutionStarted):
+            raise HostLostError("code-mode host returned an invalid execute response")
+        cell_id = binding.public_id(started.cell_id)
+        return StartedCell._create(
+            cell_id,
+            partial(self._initial_response, binding, request_id, cell_id),
+            partial(binding.link.release_initial, request_id),
         )
-        return self._outcome(binding, response, wire_id)
+
+    async def _initial_response(
+        self, binding: _Binding, request_id: int, cell_id: str
+    ) -> RuntimeResponse:
+        try:
+            result = await binding.link.initial_response(request_id)
+        except LocalProtocolError:
+            raise CodeModeError(
+                f"the initial response of exec cell {cell_id} was already taken or released"
+            ) from None
+        response = _unwrap(result, cell_id)
+        return binding.response(response)  # type: ignore[arg-type]
+
+    async def wait(self, request: WaitRequest) -> WaitOutcome:
+        """Observe a cell. Output a cancelled observation took is kept for the next one."""
+        binding = await self._bind()
+        wire_id = binding.wire_id(request.cell_id)
+        result = await binding.link.wait(binding.session_id, wire_id, request.yield_time_ms)
+        return binding.outcome(result, request.cell_id)
 
     async def terminate(self, cell_id: str) -> WaitOutcome:
         """Stop a cell in the host; returns its undelivered output or buffered completion."""
         binding = await self._bind()
         wire_id = binding.wire_id(cell_id)
-        response = await binding.connection.request(
-            Terminate(session_id=binding.session_id, cell_id=wire_id), cancellable=False
-        )
-        return self._outcome(binding, response, wire_id)
-
-    def _outcome(self, binding: _Binding, response: object, wire_id: str) -> WaitOutcome:
-        if not isinstance(response, WaitCompleted):
-            raise CodeModeError("code-mode host returned an invalid cell response")
-        if response.outcome.response.cell_id != wire_id:
-            raise CodeModeError(
-                f"code-mode host returned cell {response.outcome.response.cell_id}"
-                f" for request targeting {wire_id}"
-            )
-        return binding.outcome(response.outcome)
+        with trio.CancelScope(shield=True) as bounded:
+            bounded.deadline = trio.current_time() + UNCANCELLABLE_TIMEOUT
+            result = await binding.link.terminate(binding.session_id, wire_id)
+        if bounded.cancelled_caught:
+            binding.link.abort("code-mode host timed out waiting for terminate response")
+            assert binding.link.failure is not None
+            raise binding.link.failure
+        return binding.outcome(result, cell_id)
 
     async def shutdown(self) -> None:
-        """Reject new operations, shut the host session down, return after every cell_closed."""
-        if self._shutdown_done is not None:
-            await self._shutdown_done.wait()
-            return
-        self._shutting_down = True
-        self._shutdown_done = done = trio.Event()
+        """Reject new operations, shut the host session down, return after every
+        `cell_closed` (rule 2)."""
+        if self._shutdown_done is None:
+            self._shutdown_done = trio.Event()
+            self._provider._nursery.start_soon(self._shut_down, self._shutdown_done)
+        await self._shutdown_done.wait()
+
+    async def _shut_down(self, done: trio.Event) -> None:
         try:
             async with self._bind_lock:
                 bindings = [*self._retired, *([self._binding] if self._binding else [])]
             for binding in bindings:
                 await self._close(binding)
         finally:
+            self._provider._forget(self)
             done.set()
 
     async def _close(self, binding: _Binding) -> None:
-        connection = binding.connection
-        if connection.alive:
-            try:
-                response = await connection.request(
-                    ShutdownSession(session_id=binding.session_id), cancellable=False
-                )
-            except CodeModeError:
-                if connection.alive:
-                    raise
-            else:
-                if not isinstance(response, SessionClosed):
-                    raise CodeModeError("code-mode host returned an invalid shutdown response")
-        # The host sent every cell/closed before session/closed (or the connection failed and
+        link = binding.link
+        if link.alive:
+            with trio.move_on_after(UNCANCELLABLE_TIMEOUT) as bounded:
+                try:
+                    result = await link.shutdown_session(binding.session_id)
+                except HostLostError:
+                    pass  # every cell of the link gets its cell_closed anyway
+                else:
+                    if isinstance(result, Err):
+                        # The host could not close the session: its cells are in an unknown
+                        # state, so the link is (reference-host 4.3).
+                        link.abort(
+                            f"code-mode host failed to shut a session down: {result.message}"
+                        )
+            if bounded.cancelled_caught:
+                link.abort("code-mode host timed out waiting for shutdown response")
+        # The host sent every cell/closed before session/closed (or the link failed and
         # closed them all): wait for their cell_closed callbacks.
-        for cell in connection.cells_of(binding.session_id):
+        for cell in link.cells_of(binding.session_id):
             await cell.closed.wait()

@@ -1,9 +1,15 @@
-"""The wire protocol between codemode and its host, sans-IO: frame types and framing codec.
+"""The wire protocol between codemode and its host, sans-IO (STYLE 3; DESIGN sections 1, 3).
 
-Imports msgspec and the standard library only (no trio, no I/O): both sides wrap it in their own
-trio adapters.
+Frame types, the framing codec, and the two connection state machines: `ClientConnection`
+(the process provider's side) and `HostConnection` (the host program's side). Both take bytes
+and give events, take calls and give bytes, and own the protocol's rules (handshake, ids,
+ordering, retirement, frame limits). Imports msgspec, the standard library and codemode's own
+value types only: no trio, no I/O. Each side wraps its connection in a thin trio adapter.
 """
 
+from ..errors import ErrorKind as ErrorKind
+from ._client import ClientConnection as ClientConnection
+from ._client import ClientEvent as ClientEvent
 from ._codec import MAX_FRAME_BYTES as MAX_FRAME_BYTES
 from ._codec import NEED_DATA as NEED_DATA
 from ._codec import FrameDecodeError as FrameDecodeError
@@ -11,7 +17,22 @@ from ._codec import FrameDecoder as FrameDecoder
 from ._codec import FrameEncoder as FrameEncoder
 from ._codec import FrameTooLargeError as FrameTooLargeError
 from ._codec import NeedData as NeedData
-from ._codec import ProtocolError as ProtocolError
+from ._errors import LocalProtocolError as LocalProtocolError
+from ._errors import ProtocolError as ProtocolError
+from ._errors import RemoteProtocolError as RemoteProtocolError
+from ._events import Answered as Answered
+from ._events import CancelRequested as CancelRequested
+from ._events import CellEnded as CellEnded
+from ._events import ConnectionEnded as ConnectionEnded
+from ._events import DelegateAnswered as DelegateAnswered
+from ._events import DelegateCancelled as DelegateCancelled
+from ._events import DelegateRequested as DelegateRequested
+from ._events import HandshakeCompleted as HandshakeCompleted
+from ._events import HandshakeRejected as HandshakeRejected
+from ._events import InitialAnswered as InitialAnswered
+from ._events import RequestReceived as RequestReceived
+from ._host import HostConnection as HostConnection
+from ._host import HostEvent as HostEvent
 from ._messages import LIMITS_CAPABILITY as LIMITS_CAPABILITY
 from ._messages import PROTOCOL_VERSION as PROTOCOL_VERSION
 from ._messages import CellClosed as CellClosed

@@ -8,7 +8,7 @@ message. `MAX_FRAME_BYTES` bounds the payload.
 - `FrameDecoder.receive_data(chunk)` takes bytes cut anywhere (split and merged reads, split
   prefixes); `next_message()` returns the next whole message or `NEED_DATA`. A declared length
   over the limit raises `FrameTooLargeError` before the payload is buffered; bytes that do not
-  decode raise `FrameDecodeError`. Both are `ProtocolError`s, and the only errors it raises.
+  decode raise `FrameDecodeError`. Both are `RemoteProtocolError`s, and the only errors it raises.
 """
 
 from __future__ import annotations
@@ -19,17 +19,15 @@ from typing import Generic, TypeVar
 
 import msgspec
 
+from ._errors import RemoteProtocolError
+
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 _PREFIX = struct.Struct("<I")
 
 M = TypeVar("M")
 
 
-class ProtocolError(Exception):
-    """The byte stream broke the framing or message rules."""
-
-
-class FrameTooLargeError(ProtocolError):
+class FrameTooLargeError(RemoteProtocolError):
     """A frame's payload exceeds MAX_FRAME_BYTES."""
 
     def __init__(self, length: int) -> None:
@@ -37,7 +35,7 @@ class FrameTooLargeError(ProtocolError):
         self.length = length
 
 
-class FrameDecodeError(ProtocolError):
+class FrameDecodeError(RemoteProtocolError):
     """A frame's payload is not a valid message."""
 
 
@@ -55,13 +53,34 @@ class FrameEncoder:
         self._encoder = msgspec.msgpack.Encoder()
 
     def encode(self, message: object) -> bytes:
-        buffer = bytearray(_PREFIX.size)
-        self._encoder.encode_into(message, buffer, _PREFIX.size)
-        length = len(buffer) - _PREFIX.size
-        if length > MAX_FRAME_BYTES:
-            raise FrameTooLargeError(length)
-        _PREFIX.pack_into(buffer, 0, length)
+        """The whole frame of `message`.
+
+        Raises:
+            FrameTooLargeError: the payload would exceed MAX_FRAME_BYTES.
+        """
+        buffer = bytearray()
+        self.encode_into(message, buffer)
         return bytes(buffer)
+
+    def encode_into(self, message: object, out: bytearray) -> None:
+        """Append the frame of `message` to `out` (left as it was if encoding fails).
+
+        Raises:
+            FrameTooLargeError: the payload would exceed MAX_FRAME_BYTES.
+            TypeError, ValueError, msgspec.EncodeError: a value with no msgpack form.
+        """
+        start = len(out)
+        out += bytes(_PREFIX.size)
+        try:
+            self._encoder.encode_into(message, out, start + _PREFIX.size)
+        except BaseException:
+            del out[start:]  # a value with no msgpack form: the frames before stay whole
+            raise
+        length = len(out) - start - _PREFIX.size
+        if length > MAX_FRAME_BYTES:
+            del out[start:]
+            raise FrameTooLargeError(length)
+        _PREFIX.pack_into(out, start, length)
 
 
 class FrameDecoder(Generic[M]):

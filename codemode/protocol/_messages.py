@@ -8,11 +8,19 @@ throughout: this is codemode's own wire, not a byte-compatible copy of the refer
     client -> host   Hello, OperationRequest, OperationCancel, DelegateResponse
     host -> client   Ready, Rejected, OperationResponse, InitialResponse, DelegateRequest,
                      DelegateCancel, CellClosed
+
+Rules (reference-host 2.2; pinned by `invalid_protocol_states_cannot_be_constructed_or_decoded`):
+1. Invalid states cannot be built nor decoded: an empty session id, a version below 1, an empty
+   or repeated version list, a blank or repeated capability, a capability listed as required and
+   optional, a request id below 1. Each check runs in `__post_init__`, which msgspec also runs
+   when decoding (its `ValueError` becomes a decode error).
+2. Every error result carries an `ErrorKind` beside the reference's text, so the client picks the
+   exception class from the kind, never from the text.
 """
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeAlias, TypeVar
+from typing import Annotated, Any, Generic, TypeAlias, TypeVar
 
 import msgspec
 
@@ -24,12 +32,37 @@ from .._api import (
     WaitOutcome,
     WaitRequest,
 )
+from ..errors import ErrorKind
 
 PROTOCOL_VERSION = 1
 LIMITS_CAPABILITY = "session-cell-execution-resource-limits"
 """Carries `CellLimits` on `session/open` (DESIGN section 4)."""
 
 T = TypeVar("T")
+
+RequestId: TypeAlias = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
+"""Operation ids (client-allocated) and delegate ids (host-allocated): from 1 per connection."""
+
+
+def _check_session_id(session_id: str) -> None:
+    if not session_id:
+        raise ValueError("invalid code-mode session ID: empty")
+
+
+def _check_versions(versions: list[int]) -> None:
+    if not versions:
+        raise ValueError("supported protocol versions must not be empty")
+    if any(version < 1 for version in versions):
+        raise ValueError(f"protocol versions must be positive, got {versions}")
+    if len(set(versions)) != len(versions):
+        raise ValueError(f"supported protocol versions must not repeat, got {versions}")
+
+
+def _check_capabilities(capabilities: list[str]) -> None:
+    if any(not capability.strip() for capability in capabilities):
+        raise ValueError("a code-mode capability must not be blank")
+    if len(set(capabilities)) != len(capabilities):
+        raise ValueError(f"code-mode capabilities must not repeat, got {capabilities}")
 
 
 class _Message(
@@ -61,6 +94,14 @@ class Err(
     tag="error",
     tag_field="status",
 ):
+    """A failed operation or reverse call.
+
+    Parameters:
+        kind: what the failure means (the client maps it to an exception class).
+        message: the reference's text.
+    """
+
+    kind: ErrorKind
     message: str
 
 
@@ -74,18 +115,38 @@ class Hello(_Message, tag="connection/hello", frozen=True):
     required_capabilities: list[str] = msgspec.field(default_factory=list)
     optional_capabilities: list[str] = msgspec.field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        _check_versions(self.supported_versions)
+        _check_capabilities(self.required_capabilities)
+        _check_capabilities(self.optional_capabilities)
+        both = set(self.required_capabilities) & set(self.optional_capabilities)
+        if both:
+            raise ValueError(
+                f"code-mode capabilities listed as required and optional: {sorted(both)}"
+            )
+
 
 class Ready(_Message, tag="connection/ready", frozen=True):
     selected_version: int
     capabilities: list[str]
 
+    def __post_init__(self) -> None:
+        _check_versions([self.selected_version])
+        _check_capabilities(self.capabilities)
+
 
 class NoCompatibleVersion(_Message, tag="noCompatibleVersion", frozen=True):
     supported_versions: list[int]
 
+    def __post_init__(self) -> None:
+        _check_versions(self.supported_versions)
+
 
 class MissingRequiredCapability(_Message, tag="missingRequiredCapability", frozen=True):
     capability: str
+
+    def __post_init__(self) -> None:
+        _check_capabilities([self.capability])
 
 
 class InvalidHello(_Message, tag="invalidHello", frozen=True):
@@ -105,31 +166,30 @@ class Rejected(_Message, tag="connection/rejected", frozen=True):
 class _Request(
     msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag_field="method"
 ):
-    pass
+    session_id: str
+
+    def __post_init__(self) -> None:
+        _check_session_id(self.session_id)
 
 
 class OpenSession(_Request, tag="session/open", frozen=True):
-    session_id: str
     cell_execution_limits: CellLimits | None = None
 
 
 class Execute(_Request, tag="session/execute", frozen=True):
-    session_id: str
     request: ExecuteRequest
 
 
 class Wait(_Request, tag="session/wait", frozen=True):
-    session_id: str
     request: WaitRequest
 
 
 class Terminate(_Request, tag="session/terminate", frozen=True):
-    session_id: str
     cell_id: str
 
 
 class ShutdownSession(_Request, tag="session/shutdown", frozen=True):
-    session_id: str
+    pass
 
 
 HostRequest: TypeAlias = OpenSession | Execute | Wait | Terminate | ShutdownSession
@@ -137,6 +197,9 @@ HostRequest: TypeAlias = OpenSession | Execute | Wait | Terminate | ShutdownSess
 
 class SessionReady(_Message, tag="session/ready", frozen=True):
     session_id: str
+
+    def __post_init__(self) -> None:
+        _check_session_id(self.session_id)
 
 
 class ExecutionStarted(_Message, tag="execution/started", frozen=True):
@@ -150,30 +213,33 @@ class WaitCompleted(_Message, tag="wait/completed", frozen=True):
 class SessionClosed(_Message, tag="session/closed", frozen=True):
     session_id: str
 
+    def __post_init__(self) -> None:
+        _check_session_id(self.session_id)
+
 
 HostResponse: TypeAlias = SessionReady | ExecutionStarted | WaitCompleted | SessionClosed
 
 
 class OperationRequest(_Message, tag="operation/request", frozen=True):
-    id: int
+    id: RequestId
     request: HostRequest
 
 
 class OperationCancel(_Message, tag="operation/cancel", frozen=True):
     """Cancel an in-flight execute or wait (a started cell keeps running)."""
 
-    id: int
+    id: RequestId
 
 
 class OperationResponse(_Message, tag="operation/response", frozen=True):
-    id: int
+    id: RequestId
     result: Ok[HostResponse] | Err
 
 
 class InitialResponse(_Message, tag="execute/initialResponse", frozen=True):
     """The first observation of the cell started by execute request `id`."""
 
-    id: int
+    id: RequestId
     result: Ok[RuntimeResponse] | Err
 
 
@@ -199,23 +265,29 @@ class NotificationDelivered(_Message, tag="notification/delivered", frozen=True)
 
 
 class DelegateRequest(_Message, tag="delegate/request", frozen=True):
-    id: int
+    id: RequestId
     session_id: str
     request: ToolInvoke | NotificationSend
 
+    def __post_init__(self) -> None:
+        _check_session_id(self.session_id)
+
 
 class DelegateResponse(_Message, tag="delegate/response", frozen=True):
-    id: int
+    id: RequestId
     result: Ok[ToolResult | NotificationDelivered] | Err
 
 
 class DelegateCancel(_Message, tag="delegate/cancel", frozen=True):
-    id: int
+    id: RequestId
 
 
 class CellClosed(_Message, tag="cell/closed", frozen=True):
     session_id: str
     cell_id: str
+
+    def __post_init__(self) -> None:
+        _check_session_id(self.session_id)
 
 
 ClientMessage: TypeAlias = Hello | OperationRequest | OperationCancel | DelegateResponse

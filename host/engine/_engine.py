@@ -23,6 +23,8 @@ from typing import NoReturn
 import msgspec
 import trio
 
+from codemode._trio import open_service_nursery
+
 from .. import _quickjs
 from ._events import CellEvent, decode_event
 
@@ -219,7 +221,7 @@ async def open_engine(
     native = _quickjs.Engine(workers, _PRELUDE, max(max_workers, workers))
     engine = Engine(native)
     try:
-        async with trio.open_nursery() as nursery:
+        async with open_service_nursery() as nursery:
             nursery.start_soon(engine._collect)
             try:
                 yield engine

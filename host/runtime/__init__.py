@@ -4,9 +4,11 @@ It knows the engine's turn-and-event interface and codemode's public types, and 
 wire: the in-process provider serves it directly, the host's server puts it behind frames.
 """
 
-from codemode._callbacks import CLEANUP_GRACE as CLEANUP_GRACE
+from codemode._trio import CLEANUP_GRACE as CLEANUP_GRACE
 
 from ._observer import observation_window_ms as observation_window_ms
+from ._phases import LIFECYCLE as LIFECYCLE
+from ._phases import OBSERVATION as OBSERVATION
 from ._session import RuntimeSession as RuntimeSession
 
-__all__ = ["CLEANUP_GRACE", "RuntimeSession", "observation_window_ms"]
+__all__ = ["CLEANUP_GRACE", "LIFECYCLE", "OBSERVATION", "RuntimeSession", "observation_window_ms"]

@@ -1,12 +1,10 @@
 """One cell of a session: its task, its output, its observers and its delegate calls.
 
 The cell task drives an engine cell through the turn-and-event interface (no thread hand-off
-per turn): it turns engine events into output items, delegate calls and timers, and takes the
-cell through its phases:
-
-    RUNNING ──(JS ends)──> drain notifications, cancel tool calls, commit stored values
-       │                   └──> COMPLETED (buffered) ──(observed or claimed)──> CLOSED
-       └──(terminate / shutdown)──> TERMINATING ──(turn over, calls cancelled)──> CLOSED
+per turn): it turns engine events into output items, delegate calls and timers. Its state lives
+in two tables (`_phases`): the lifecycle (running, draining notifications, completed, claimed,
+terminating, terminated, closed) and the observation (idle, watching, yielding); every change
+goes through them.
 
 Rules (reference-runtime section 5):
 1. Termination interrupts the engine first, then awaits the end of the running turn, then
@@ -17,6 +15,9 @@ Rules (reference-runtime section 5):
 3. A completion nobody observes stays buffered: the next `wait` gets it at once, and a
    `terminate` claims it instead of terminating.
 4. `cell_closed` runs exactly once, last, after the cell left the session's registry.
+5. The initial observation belongs to the `StartedCell`: awaited once, or released (explicitly,
+   or when the `StartedCell` is dropped, or when its await is cancelled); after that, `wait`s
+   observe the cell and nothing the initial observation did not take is lost.
 """
 
 from __future__ import annotations
@@ -26,12 +27,10 @@ import logging
 import math
 from collections.abc import Callable
 
-import msgspec
 import trio
 from codemode_host.engine import (
     CellEvent,
     EngineCell,
-    EngineClosedError,
     Finished,
     ImageOutput,
     Notification,
@@ -53,36 +52,31 @@ from codemode import (
     InputImage,
     InputText,
     LiveCell,
-    NestedToolCall,
     RuntimeResponse,
     SessionDelegate,
     Terminated,
-    ToolError,
     WaitOutcome,
     Yielded,
 )
-from codemode._callbacks import CLEANUP_GRACE, CallbackGroup
 from codemode.errors import (
     AlreadyTerminatingError,
     CodeModeError,
+    FrameLimitError,
     ObserverBusyError,
     RuntimeEndedError,
-    tool_failure_message,
 )
 
-from ._observer import Observer
+from ._calls import CellCalls
+from ._observer import Observer, fitting, item_bytes
+from ._phases import LIFECYCLE, OBSERVATION, Lifecycle, LifecycleTrigger, Watch, WatchTrigger
 
 logger = logging.getLogger("codemode.runtime")
 
-_encode_json = msgspec.json.Encoder().encode
-_decode_json = msgspec.json.Decoder().decode
 
-
-class Phase(enum.Enum):
-    RUNNING = "running"
-    COMPLETED = "completed"
-    TERMINATING = "terminating"
-    CLOSED = "closed"
+class _Initial(enum.Enum):
+    PENDING = "pending"
+    AWAITED = "awaited"
+    DONE = "done"
 
 
 class RuntimeCell:
@@ -99,63 +93,80 @@ class RuntimeCell:
         commit: Callable[[dict[str, bytes]], None],
         forget: Callable[[str], None],
         initial_window_ms: int,
+        max_response_bytes: int | None,
     ) -> None:
         self.cell_id = cell_id
-        self.phase = Phase.RUNNING
+        self.lifecycle = Lifecycle.RUNNING
+        self.watch = Watch.WATCHING  # by the initial observer
         self.closed = trio.Event()
-        self._request = request
         self._delegate = delegate
         self._engine_cell = engine_cell
         self._commit = commit
         self._forget = forget
-        self._tools = CallbackGroup(nursery)
-        self._notifications = CallbackGroup(nursery)
+        self._budget = max_response_bytes
+        self._calls = CellCalls(
+            cell_id=cell_id,
+            request=request,
+            delegate=delegate,
+            engine_cell=engine_cell,
+            nursery=nursery,
+            accepting=lambda: self._js_running and self.lifecycle is Lifecycle.RUNNING,
+        )
         self._timers: dict[int, trio.CancelScope] = {}
         self._js_running = True
         self._content: list[ContentItem] = []
         self._writes: dict[str, bytes] = {}
-        self._initial_observer: Observer | None = Observer(initial_window_ms, start_now=False)
-        self._observer: Observer | None = self._initial_observer
+        self._initial: Observer | None = Observer(initial_window_ms, start_now=False)
+        self._initial_state = _Initial.PENDING
+        self._observer: Observer | None = self._initial
         self._completion_error: str | None = None
-        self._completion_claimed = trio.Event()  # set once an observer or terminate took it
+        self._claimed = trio.Event()
         self._terminated: Terminated | None = None
+
+    def _move(self, trigger: LifecycleTrigger) -> None:
+        self.lifecycle = LIFECYCLE.move(self.lifecycle, trigger)
 
     # ---- observation ---------------------------------------------------------------------
 
     def attach(self, window_ms: int) -> Observer:
         """A new observation whose window starts now; the cell must have no other observer."""
-        if self._observer is not None:
+        if self.watch is not Watch.IDLE:
             raise ObserverBusyError(self.cell_id)
+        self.watch = OBSERVATION.move(self.watch, WatchTrigger.ATTACH)
         observer = Observer(window_ms, start_now=True)
         self._observer = observer
         return observer
 
     async def initial_response(self) -> RuntimeResponse:
-        """The observation that `execute` attached, awaited by `StartedCell.initial_response`."""
-        observer = self._initial_observer
-        if observer is None:
+        """The observation `execute` attached, awaited once by `StartedCell.initial_response`
+        (rule 5)."""
+        observer = self._initial
+        if self._initial_state is not _Initial.PENDING or observer is None:
             raise CodeModeError(
-                f"the initial response of exec cell {self.cell_id} was already taken"
+                f"the initial response of exec cell {self.cell_id} was already taken or released"
             )
-        if self._observer is not observer:
-            if self._observer is not None:
-                raise ObserverBusyError(self.cell_id)
-            self._observer = observer
-        response = await self.observe(observer)
-        self._initial_observer = None
-        return response
+        self._initial_state = _Initial.AWAITED
+        try:
+            return await self.observe(observer)
+        finally:
+            self._initial_state = _Initial.DONE
+            self._initial = None
 
     def release_initial_observer(self) -> None:
-        """The `StartedCell` was dropped unawaited: later `wait`s may observe."""
-        if self._initial_observer is not None and self._observer is self._initial_observer:
-            self._observer = None
-        self._initial_observer = None
+        """The `StartedCell` gave its initial observation up unawaited: `wait`s may observe."""
+        if self._initial_state is _Initial.PENDING:
+            self._initial_state = _Initial.DONE
+            if self._initial is not None:
+                self._detach(self._initial)
+            self._initial = None
 
     async def observe(self, observer: Observer) -> RuntimeResponse:
         """Wait for the observation's end and build its response (rule 1 of `_observer`).
 
         Raises:
             RuntimeEndedError: the cell closed without answering this observation.
+            FrameLimitError: its next output item alone exceeds the response budget (the
+                item stays in the cell).
         """
         try:
             await trio.lowlevel.checkpoint_if_cancelled()
@@ -164,38 +175,62 @@ class RuntimeCell:
                 if response is not None:
                     return response
                 deadline = math.inf
-                if self.phase is Phase.RUNNING and observer.deadline is not None:
+                if self.lifecycle is Lifecycle.RUNNING and observer.deadline is not None:
                     deadline = observer.deadline
                 observer.wake = trio.Event()
                 with trio.move_on_at(deadline):
                     await observer.wake.wait()
         finally:
-            if self._observer is observer:
-                self._observer = None
+            self._detach(observer)
+
+    def _detach(self, observer: Observer) -> None:
+        if self._observer is observer:
+            self._observer = None
+            self.watch = OBSERVATION.move(self.watch, WatchTrigger.DETACH)
+            self._calls.release_held()
+
+    def _mark_boundary(self, observer: Observer) -> None:
+        observer.mark_boundary(len(self._content))
+        self.watch = OBSERVATION.move(self.watch, WatchTrigger.BOUNDARY)
 
     def _response_for(self, observer: Observer) -> RuntimeResponse | None:
         if self._terminated is not None:
             return self._terminated
-        if self.phase is Phase.CLOSED:
+        if self.lifecycle is Lifecycle.CLOSED:
             raise RuntimeEndedError()
-        if self.phase is Phase.TERMINATING:
+        if self.lifecycle is Lifecycle.TERMINATING:
             return None
         if observer.boundary is not None:
             return self._yielded(observer.boundary)
-        if self.phase is Phase.COMPLETED:
-            # Claimed by a terminate: this observation ends when the cell closes.
-            return None if self._completion_claimed.is_set() else self._take_completion()
+        if self.lifecycle is Lifecycle.COMPLETED:
+            return self._take_completion(self._budget)
+        if self.lifecycle is Lifecycle.CLAIMED:
+            return None  # a terminate took the completion: this observation ends at close
         if observer.expired(trio.current_time()):
             return self._yielded(len(self._content))
         return None
 
-    def _yielded(self, count: int) -> Yielded:
-        items = self._content[:count]
-        del self._content[:count]
-        return Yielded(cell_id=self.cell_id, content_items=items)
+    def _take(self, count: int) -> list[ContentItem]:
+        """The first of `count` items that fit the response budget (all of them without one)."""
+        fit = fitting(self._content, count, self._budget)
+        if fit == 0 and count > 0:
+            raise FrameLimitError(
+                f"code-mode observation of exec cell {self.cell_id} exceeds the IPC frame limit:"
+                f" its next output item takes {item_bytes(self._content[0])} bytes; it stays"
+                " in the cell"
+            )
+        items = self._content[:fit]
+        del self._content[:fit]
+        return items
 
-    def _take_completion(self) -> Completed:
-        self._completion_claimed.set()
+    def _yielded(self, count: int) -> Yielded:
+        return Yielded(cell_id=self.cell_id, content_items=self._take(count))
+
+    def _take_completion(self, budget: int | None) -> Completed | Yielded:
+        if fitting(self._content, len(self._content), budget) < len(self._content):
+            return self._yielded(len(self._content))  # the rest, and the completion, follow
+        self._move(LifecycleTrigger.CLAIM)
+        self._claimed.set()
         items, self._content = self._content, []
         return Completed(
             cell_id=self.cell_id, content_items=items, error_text=self._completion_error
@@ -209,9 +244,11 @@ class RuntimeCell:
 
     async def terminate(self) -> WaitOutcome:
         """Stop the cell; its buffered completion, if it has one, is returned instead."""
-        if self.phase is Phase.COMPLETED and not self._completion_claimed.is_set():
-            return LiveCell(response=self._take_completion())
-        if self.phase is not Phase.RUNNING:
+        if self.lifecycle is Lifecycle.COMPLETED:
+            completion = self._take_completion(None)
+            assert isinstance(completion, Completed)
+            return LiveCell(response=completion)
+        if self.lifecycle not in (Lifecycle.RUNNING, Lifecycle.DRAINING):
             raise AlreadyTerminatingError(self.cell_id)
         self._begin_termination("terminated")
         await self.closed.wait()
@@ -221,17 +258,17 @@ class RuntimeCell:
 
     def begin_shutdown(self) -> None:
         """Terminate the cell for a session shutdown; a buffered completion is dropped."""
-        if self.phase is Phase.RUNNING:
+        if self.lifecycle in (Lifecycle.RUNNING, Lifecycle.DRAINING):
             self._begin_termination("session shut down")
-        elif self.phase is Phase.COMPLETED:
-            self._completion_claimed.set()
+        elif self.lifecycle is Lifecycle.COMPLETED:
+            self._move(LifecycleTrigger.CLAIM)
+            self._claimed.set()
 
     def _begin_termination(self, reason: str) -> None:
-        self.phase = Phase.TERMINATING
+        self._move(LifecycleTrigger.TERMINATE)
         if self._js_running:
             self._engine_cell.interrupt()
-        self._notifications.cancel(reason)
-        self._tools.cancel(reason)
+        self._calls.cancel(reason)
         self._wake_observer()
 
     # ---- the cell task ---------------------------------------------------------------------
@@ -240,13 +277,14 @@ class RuntimeCell:
         """The cell's task: run the JavaScript, finish the cell, close it."""
         try:
             finished = await self._run_javascript()
-            if self.phase is Phase.RUNNING:
+            if self.lifecycle is Lifecycle.RUNNING:
                 if finished.outcome is Outcome.INTERRUPTED:
                     # Interrupted without a termination: the engine is shutting down.
                     self._writes.clear()
                     finished = Finished(Outcome.ERROR, "exec runtime ended unexpectedly")
+                self._move(LifecycleTrigger.JS_FINISHED)
                 await self._finish_naturally(finished.error_text)
-            if self.phase is Phase.TERMINATING:
+            if self.lifecycle is Lifecycle.TERMINATING:
                 await self._finish_terminated()
         finally:
             self._close()
@@ -270,21 +308,21 @@ class RuntimeCell:
         observer = self._observer
         if observer is not None and observer.boundary is None and observer.expired(now):
             # The window ended before this event: the observation yields without it.
-            observer.mark_boundary(len(self._content))
+            self._mark_boundary(observer)
         match event:
             case TextOutput(text=text):
                 self._content.append(InputText(text=text))
             case ImageOutput(image_url=url, detail=detail):
                 self._content.append(InputImage(image_url=url, detail=ImageDetail(detail)))
             case ToolCallRequested():
-                self._start_tool_call(event)
+                self._calls.tool_call(event, hold=self.watch is Watch.YIELDING)
             case Notification(text=text):
-                self._notifications.start(self._deliver_notification, text)
+                self._calls.notification(text, hold=self.watch is Watch.YIELDING)
             case StoredValueWritten(key=key, value_json=value):
                 self._writes[key] = value
             case YieldRequested():
                 if observer is not None:
-                    observer.mark_boundary(len(self._content))
+                    self._mark_boundary(observer)
             case TimerStarted(timer_id=timer_id, delay_ms=delay_ms):
                 scope = trio.CancelScope()
                 self._timers[timer_id] = scope
@@ -297,7 +335,7 @@ class RuntimeCell:
                 if observer is not None:
                     observer.start_window(now)
                     if observer.expired(now):
-                        observer.mark_boundary(len(self._content))
+                        self._mark_boundary(observer)
                     observer.wake.set()
 
     async def _run_timer(self, timer_id: int, delay_ms: int, scope: trio.CancelScope) -> None:
@@ -310,32 +348,30 @@ class RuntimeCell:
     async def _finish_naturally(self, error_text: str | None) -> None:
         # Notifications in flight are delivered (a termination meanwhile cancels them), then
         # tool calls still pending are cancelled: their results can no longer matter.
-        await self._notifications.wait_idle()
-        self._tools.cancel("the cell completed")
-        with trio.move_on_after(CLEANUP_GRACE):
-            await self._tools.wait_idle()
-        if self.phase is not Phase.RUNNING:
-            return
+        await self._calls.deliver_notifications()
+        self._calls.cancel_tools("the cell completed")
+        await self._calls.wait_idle()
+        if self.lifecycle is not Lifecycle.DRAINING:
+            return  # terminated meanwhile
         self._commit(self._writes)
         self._completion_error = error_text
-        self.phase = Phase.COMPLETED
+        self._move(LifecycleTrigger.DRAINED)
         self._wake_observer()
-        await self._completion_claimed.wait()
+        await self._claimed.wait()
 
     async def _finish_terminated(self) -> None:
-        with trio.move_on_after(CLEANUP_GRACE):
-            await self._notifications.wait_idle()
-            await self._tools.wait_idle()
+        await self._calls.wait_idle()
         items, self._content = self._content, []
         self._terminated = Terminated(cell_id=self.cell_id, content_items=items)
+        self._move(LifecycleTrigger.CLEANED_UP)
         self._wake_observer()
 
     def _close(self) -> None:
         self._js_running = False
         self._engine_cell.close()
-        self._notifications.cancel("the cell closed")
-        self._tools.cancel("the cell closed")
-        self.phase = Phase.CLOSED
+        self._calls.cancel("the cell closed")
+        ended = self.lifecycle in (Lifecycle.CLAIMED, Lifecycle.TERMINATED)
+        self._move(LifecycleTrigger.CLOSE if ended else LifecycleTrigger.ABORT)
         self._forget(self.cell_id)
         self._wake_observer()
         self.closed.set()
@@ -343,50 +379,3 @@ class RuntimeCell:
             self._delegate.cell_closed(self.cell_id)
         except Exception:
             logger.exception("cell_closed(%r) raised", self.cell_id)
-
-    # ---- delegate calls --------------------------------------------------------------------
-
-    def _start_tool_call(self, event: ToolCallRequested) -> None:
-        definition = self._request.enabled_tools[event.tool_index]
-        call = NestedToolCall(
-            cell_id=self.cell_id,
-            runtime_tool_call_id=f"tool-{event.call_id}",
-            tool_name=definition.tool_name,
-            tool_kind=definition.kind,
-            input=None if event.input_json is None else _decode_json(event.input_json),
-        )
-        self._tools.start(self._invoke_tool, event.call_id, call)
-
-    async def _invoke_tool(self, call_id: int, call: NestedToolCall) -> None:
-        try:
-            result = await self._delegate.invoke_tool(call)
-            payload = _encode_json(result)
-        except ToolError as error:
-            self._answer_tool(call_id, rejection=error.text)
-        except Exception as error:
-            if not isinstance(error, TypeError | ValueError | OverflowError):
-                logger.warning("tool %s of exec cell %s raised", call.tool_name.name,
-                               self.cell_id, exc_info=True)  # fmt: skip
-            self._answer_tool(call_id, rejection=tool_failure_message(call.tool_name.name, error))
-        else:
-            self._answer_tool(call_id, result_json=payload)
-
-    def _answer_tool(
-        self, call_id: int, *, result_json: bytes | None = None, rejection: str | None = None
-    ) -> None:
-        if not self._js_running or self.phase is not Phase.RUNNING:
-            return  # a late answer for a cell that ended is discarded
-        try:
-            if rejection is None:
-                assert result_json is not None
-                self._engine_cell.settle_tool_call(call_id, result_json)
-            else:
-                self._engine_cell.reject_tool_call(call_id, rejection)
-        except EngineClosedError:
-            pass  # the engine is closing: the cell is about to end anyway
-
-    async def _deliver_notification(self, text: str) -> None:
-        try:
-            await self._delegate.notify(self._request.tool_call_id, self.cell_id, text)
-        except Exception as error:
-            logger.warning("failed to deliver code mode notification: %s", error)

@@ -13,13 +13,21 @@ Rules:
    window yields before output that was queued behind the cell's start (reference-runtime 5.3).
 3. The window of the initial observer starts when the cell has started (compile and globals set-up
    excluded); a `wait` window starts at once.
+4. An observation may be given a byte budget (the host gives the frame limit): it takes only the
+   items that fit and leaves the rest in the cell for the next observation; a response that
+   leaves output behind is a `Yielded`, even if the cell has completed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import trio
 
-from codemode import CellLimits
+from codemode import CellLimits, ContentItem, InputText
+
+ITEM_OVERHEAD = 64
+"""Bytes counted per item beside its text or URL: its framing in a msgpack response."""
 
 DEFAULT_YIELD_TIME_MS = 10_000
 YIELD_GRACE_MS = 1_000
@@ -67,3 +75,22 @@ class Observer:
         if self.boundary is None:
             self.boundary = index
         self.wake.set()
+
+
+def item_bytes(item: ContentItem) -> int:
+    """An upper bound of the bytes `item` takes in an encoded response."""
+    text = item.text if isinstance(item, InputText) else item.image_url
+    size = len(text) if text.isascii() else len(text.encode(errors="surrogatepass"))
+    return size + ITEM_OVERHEAD
+
+
+def fitting(items: Sequence[ContentItem], count: int, budget: int | None) -> int:
+    """How many of the first `count` items fit in `budget` bytes (rule 4; all if no budget)."""
+    if budget is None:
+        return count
+    used = 0
+    for index in range(count):
+        used += item_bytes(items[index])
+        if used > budget:
+            return index
+    return count

@@ -4,13 +4,13 @@ Rules:
 1. Cell ids are decimal counters per session from "1", never reused.
 2. A cell sees the stored values as of its start plus its own writes; its writes merge into
    the session at its natural completion, key by key (last committer wins).
-3. Shutdown rejects new cells at once, terminates every cell (CPU-bound ones included: the engine
-   interrupts them) and returns after every cell has closed.
+3. Shutdown rejects new operations at once (execute, wait and terminate raise
+   `SessionShuttingDownError`), terminates every cell (CPU-bound ones included: the engine
+   interrupts them) and returns after every cell has closed; a shutdown cancelled half-way
+   still closes every cell, and the next `shutdown()` waits for the rest.
 """
 
 from __future__ import annotations
-
-import weakref
 
 import trio
 from codemode_host.engine import CellTool, Engine
@@ -28,8 +28,9 @@ from codemode import (
 )
 from codemode.errors import RuntimeEndedError, SessionShuttingDownError
 
-from ._cell import Phase, RuntimeCell
+from ._cell import RuntimeCell
 from ._observer import DEFAULT_YIELD_TIME_MS, observation_window_ms
+from ._phases import Lifecycle
 
 
 class RuntimeSession:
@@ -39,12 +40,22 @@ class RuntimeSession:
         engine: the engine that runs the cells.
         nursery: where cell tasks and delegate calls run; it must outlive the session.
         limits: the limits of every cell of the session.
+        max_response_bytes: the most output one observation takes (the host gives its frame
+            limit); output past it stays in the cell for the next observation.
     """
 
-    def __init__(self, engine: Engine, nursery: trio.Nursery, limits: CellLimits) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        nursery: trio.Nursery,
+        limits: CellLimits,
+        *,
+        max_response_bytes: int | None = None,
+    ) -> None:
         self._engine = engine
         self._nursery = nursery
         self._limits = limits
+        self._max_response_bytes = max_response_bytes
         self._alive = True
         self._next_cell = 1
         self._cells: dict[str, RuntimeCell] = {}
@@ -91,23 +102,24 @@ class RuntimeSession:
             commit=self._stored.update,
             forget=self._forget,
             initial_window_ms=observation_window_ms(yield_time_ms, self._limits),
+            max_response_bytes=self._max_response_bytes,
         )
         self._cells[cell_id] = cell
         self._nursery.start_soon(cell.run)
-        started = StartedCell(cell_id, cell.initial_response)
-        # Dropping the StartedCell unawaited frees the cell for the next `wait`.
-        weakref.finalize(started, cell.release_initial_observer)
-        return started
+        return StartedCell._create(cell_id, cell.initial_response, cell.release_initial_observer)
 
     async def wait(self, request: WaitRequest) -> WaitOutcome:
         """Observe a cell for up to `request.yield_time_ms` (grace and clamp applied).
 
         Raises:
             ObserverBusyError: another observation of the cell is in progress.
+            SessionShuttingDownError: shutdown has begun.
         """
         await trio.lowlevel.checkpoint()
+        if not self._alive:
+            raise SessionShuttingDownError()
         cell = self._cells.get(request.cell_id)
-        if cell is None or cell.phase is Phase.TERMINATING:
+        if cell is None or cell.lifecycle in (Lifecycle.TERMINATING, Lifecycle.TERMINATED):
             return missing_cell(request.cell_id)
         observer = cell.attach(observation_window_ms(request.yield_time_ms, self._limits))
         try:
@@ -121,8 +133,11 @@ class RuntimeSession:
 
         Raises:
             AlreadyTerminatingError: a termination of that cell is in progress.
+            SessionShuttingDownError: shutdown has begun.
         """
         await trio.lowlevel.checkpoint()
+        if not self._alive:
+            raise SessionShuttingDownError()
         cell = self._cells.get(cell_id)
         if cell is None:
             return missing_cell(cell_id)

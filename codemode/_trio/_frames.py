@@ -10,7 +10,7 @@ from typing import TypeVar
 
 import trio
 
-from .protocol import NEED_DATA, FrameDecoder, ProtocolError
+from ..protocol import NEED_DATA, FrameDecoder, ProtocolError
 
 M = TypeVar("M")
 

@@ -37,8 +37,8 @@ class OneShot(Generic[T]):
 
     def value(self) -> T:
         """The delivered value (call only once `is_set()`)."""
-        assert self._value is not None, "no value was delivered yet"
-        return self._value
+        assert self._event.is_set(), "no value was delivered yet"
+        return self._value  # type: ignore[return-value]
 
     async def get(self) -> T:
         """Wait for the value and return it."""

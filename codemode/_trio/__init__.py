@@ -1,0 +1,23 @@
+"""The trio helpers both ends of the wire use (the client's process provider and the host).
+
+Private: the host (`codemode_host`) imports them from here, applications never do.
+
+- `receive_message`: whole messages from a byte stream through the sans-IO frame decoder.
+- `OneShot`: a value delivered once and awaited (the answer to something sent across the wire).
+- `CallbackGroup`, `CLEANUP_GRACE`: delegate calls of one cell as cancellable tasks.
+- `open_service_nursery`: a nursery whose body's own exception leaves it unwrapped.
+"""
+
+from ._callbacks import CLEANUP_GRACE as CLEANUP_GRACE
+from ._callbacks import CallbackGroup as CallbackGroup
+from ._frames import receive_message as receive_message
+from ._nursery import open_service_nursery as open_service_nursery
+from ._oneshot import OneShot as OneShot
+
+__all__ = [
+    "CLEANUP_GRACE",
+    "CallbackGroup",
+    "OneShot",
+    "open_service_nursery",
+    "receive_message",
+]

@@ -1,0 +1,664 @@
+"""The client side of the wire as a sans-IO state machine (h11's `Connection`; STYLE 3).
+
+`ClientConnection` turns calls into frames (`data_to_send()`) and received bytes
+(`receive_data()`) into events (`next_event()`). It does no I/O and knows nothing of trio: the
+process provider's adapter moves the bytes and runs the tasks.
+
+What it owns:
+1. The handshake: the hello is queued at construction; no operation before `connection/ready`.
+2. The request book: ids from 1, each answered once; an unknown or repeated answer, a second
+   handshake response, a delegate request for an unknown cell or a repeated delegate id
+   (the last 4096 are remembered) raise `RemoteProtocolError`: the connection is unusable.
+3. Retirement (`cancel`): a cancelled execute that the host admits anyway gets its cell
+   terminated; a cancelled observation is retired and its answer parked for the cell's next
+   observer (`_cellview`); a cancelled open gets its session shut down. Nothing the host took
+   from a cell is dropped.
+4. Reverse calls: answered at most once, never after `delegate/cancel` or `cell/closed`; an
+   answer too large for a frame becomes a `frame_limit` error for that call only.
+5. Local refusals: a second observer, or a second terminate in flight, is answered at once with
+   the error the host would give, without a frame.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+from collections.abc import Iterable
+
+from .._api import CellLimits, ExecuteRequest, LiveCell, RuntimeResponse, WaitOutcome, WaitRequest
+from ..errors import ErrorKind
+from ._cellview import CellView, Observation, ObservationResult, Phase, Trigger
+from ._codec import NEED_DATA, FrameDecoder, FrameEncoder, FrameTooLargeError, NeedData
+from ._errors import LocalProtocolError, RemoteProtocolError
+from ._events import (
+    Answered,
+    CellEnded,
+    ConnectionEnded,
+    DelegateCancelled,
+    DelegateRequested,
+    HandshakeCompleted,
+    HandshakeRejected,
+    InitialAnswered,
+)
+from ._messages import (
+    PROTOCOL_VERSION,
+    CellClosed,
+    DelegateCancel,
+    DelegateRequest,
+    DelegateResponse,
+    Err,
+    Execute,
+    ExecutionStarted,
+    Hello,
+    HostMessage,
+    HostResponse,
+    InitialResponse,
+    NotificationDelivered,
+    Ok,
+    OpenSession,
+    OperationCancel,
+    OperationRequest,
+    OperationResponse,
+    Ready,
+    Rejected,
+    SessionClosed,
+    SessionReady,
+    ShutdownSession,
+    Terminate,
+    ToolInvoke,
+    ToolResult,
+    Wait,
+    WaitCompleted,
+)
+from ._recent import RecentIds
+
+ClientEvent = (
+    HandshakeCompleted
+    | HandshakeRejected
+    | Answered
+    | InitialAnswered
+    | DelegateRequested
+    | DelegateCancelled
+    | CellEnded
+    | ConnectionEnded
+)
+DelegateResult = Ok[ToolResult | NotificationDelivered] | Err
+HostResult = Ok[HostResponse] | Err
+InitialResult = Ok[RuntimeResponse] | Err
+
+
+class _Kind(enum.Enum):
+    OPEN = "open"
+    EXECUTE = "execute"
+    TERMINATE = "terminate"
+    SHUTDOWN = "shutdown"
+
+
+class _Pending:
+    """An operation other than an observation, until its `operation/response`.
+
+    `abandoned`: its caller went away (rule 3 applies). `internal`: the connection sent it on
+    its own (a terminate or shutdown of rule 3); its answer is not an event.
+    """
+
+    __slots__ = ("abandoned", "cell_id", "internal", "kind", "session_id")
+
+    def __init__(
+        self, kind: _Kind, session_id: str, cell_id: str = "", *, internal: bool = False
+    ) -> None:
+        self.kind = kind
+        self.session_id = session_id
+        self.cell_id = cell_id
+        self.abandoned = False
+        self.internal = internal
+
+
+class ClientConnection:
+    """One client connection to a host, from hello to loss.
+
+    Args:
+        required_capabilities: capabilities the host must offer.
+        optional_capabilities: capabilities the client can use when offered.
+    """
+
+    def __init__(
+        self,
+        *,
+        required_capabilities: Iterable[str] = (),
+        optional_capabilities: Iterable[str] = (),
+    ) -> None:
+        self._encoder = FrameEncoder()
+        self._decoder: FrameDecoder[HostMessage] = FrameDecoder(HostMessage)  # type: ignore[arg-type]
+        self._outgoing = bytearray()
+        self._events: collections.deque[ClientEvent] = collections.deque()
+        self._handshaking = True
+        self._closed = False
+        self._eof = False
+        self.capabilities: frozenset[str] = frozenset()
+        self._next_id = 1
+        self._pending: dict[int, _Pending] = {}
+        self._observations: dict[int, Observation] = {}
+        self._sessions: dict[str, bool] = {}  # id -> open (False while opening)
+        self._cells: dict[tuple[str, str], CellView] = {}
+        self._calls: dict[int, CellView] = {}
+        self._recent_calls = RecentIds()
+        self._offered = {
+            *required_capabilities,
+            *optional_capabilities,
+        }
+        self._queue(
+            Hello(
+                supported_versions=[PROTOCOL_VERSION],
+                required_capabilities=list(required_capabilities),
+                optional_capabilities=list(optional_capabilities),
+            )
+        )
+
+    # ---- bytes -----------------------------------------------------------------------------
+
+    def data_to_send(self) -> bytes:
+        """Every frame queued since the last call, in order (b"" when there is none)."""
+        data, self._outgoing = bytes(self._outgoing), bytearray()
+        return data
+
+    def receive_data(self, data: bytes | bytearray) -> None:
+        """Feed bytes read from the host; b"" means end of file."""
+        if data:
+            self._decoder.receive_data(data)
+        else:
+            self._eof = True
+
+    def next_event(self) -> ClientEvent | NeedData:
+        """The next event, or NEED_DATA when more bytes must be read first.
+
+        Raises:
+            RemoteProtocolError: the host broke the protocol (framing, ids, ordering).
+        """
+        while not self._events:
+            if self._closed:
+                return NEED_DATA
+            message = self._decoder.next_message()
+            if message is NEED_DATA:
+                if not self._eof:
+                    return NEED_DATA
+                if self._decoder.buffered:
+                    raise RemoteProtocolError("EOF inside a code-mode IPC frame")
+                self._closed = True
+                return ConnectionEnded()
+            self._receive(message)
+        return self._events.popleft()
+
+    @property
+    def is_open(self) -> bool:
+        """True from construction until the connection ended, failed or was rejected."""
+        return not self._closed
+
+    def connection_lost(self) -> list[tuple[str, str]]:
+        """The connection is over (host gone, stream broken, protocol error): forget
+        everything. Returns the (session id, cell id) of every cell not yet closed."""
+        self._closed = True
+        live = [key for key, view in self._cells.items() if not view.closed]
+        self._pending.clear()
+        self._observations.clear()
+        self._cells.clear()
+        self._calls.clear()
+        self._sessions.clear()
+        return live
+
+    # ---- operations ------------------------------------------------------------------------
+
+    def open_session(self, session_id: str, limits: CellLimits | None) -> int:
+        """Queue `session/open`; returns its request id."""
+        self._check_usable()
+        if session_id in self._sessions:
+            raise LocalProtocolError(f"code-mode session {session_id} is already open")
+        self._sessions[session_id] = False
+        return self._request(
+            _Kind.OPEN, OpenSession(session_id=session_id, cell_execution_limits=limits)
+        )
+
+    def execute(self, session_id: str, request: ExecuteRequest) -> int:
+        """Queue `session/execute`; its answer, then the cell's initial response, follow.
+
+        Raises:
+            FrameTooLargeError: the request does not fit in a frame; nothing was queued.
+        """
+        self._check_session(session_id)
+        return self._request(_Kind.EXECUTE, Execute(session_id=session_id, request=request))
+
+    def take_initial(self, request_id: int) -> None:
+        """The `StartedCell` of execute `request_id` now awaits its initial response."""
+        view = self._held(request_id)
+        view.move(Trigger.TAKE_INITIAL)
+        if view.held_answer is not None:
+            answer, view.held_answer = view.held_answer, None
+            self._answer_observation(view, answer)
+
+    def release_initial(self, request_id: int) -> None:
+        """The `StartedCell` of execute `request_id` gives its initial observation up: the
+        cell's next `wait` may observe, and gets what that observation took."""
+        observation = self._observations.get(request_id)
+        view = observation.view if observation is not None else None
+        if observation is None or view is None or view.phase is not Phase.HELD:
+            return  # already taken, released, or the connection is gone
+        view.move(Trigger.RELEASE_INITIAL)
+        view.retired, view.observer = observation, None
+        if view.held_answer is not None:
+            answer, view.held_answer = view.held_answer, None
+            self._retired_answer(view, answer)
+        else:
+            self._queue(OperationCancel(id=request_id))
+
+    def wait(self, session_id: str, cell_id: str, yield_time_ms: int) -> int:
+        """Queue an observation of the cell (or answer it from parked output, or defer it
+        behind a retired observation); returns its request id."""
+        self._check_session(session_id)
+        request_id = self._new_id()
+        view = self._cells.get((session_id, cell_id))
+        if view is not None and view.busy:
+            self._events.append(Answered(request_id=request_id, result=_busy(cell_id)))
+            return request_id
+        observation = Observation(
+            session_id, cell_id, request_id, view=view, window_ms=yield_time_ms
+        )
+        self._observations[request_id] = observation
+        if view is None:
+            self._send_wait(observation)
+            return request_id
+        view.move(Trigger.OBSERVE)
+        view.observer = observation
+        if view.phase is Phase.OBSERVING:
+            if view.parked_final is not None:
+                self._answer_observation(view, LiveCell(response=view.parked_final))
+            else:
+                self._send_wait(observation)
+        return request_id
+
+    def terminate(self, session_id: str, cell_id: str) -> int:
+        """Queue `session/terminate` (or answer it from a parked completion)."""
+        self._check_session(session_id)
+        request_id = self._new_id()
+        view = self._cells.get((session_id, cell_id))
+        if view is not None and view.terminating is not None:
+            err = Err(
+                kind=ErrorKind.ALREADY_TERMINATING,
+                message=f"exec cell {cell_id} is already terminating",
+            )
+            self._events.append(Answered(request_id=request_id, result=err))
+            return request_id
+        if view is not None and view.parked_final is not None:
+            outcome = view.merged(LiveCell(response=view.parked_final))
+            self._events.append(Answered(request_id=request_id, result=_completed(outcome)))
+            self._forget_if_done(view)
+            return request_id
+        if view is not None:
+            view.terminating = request_id
+        self._pending[request_id] = _Pending(_Kind.TERMINATE, session_id, cell_id)
+        self._queue(
+            OperationRequest(
+                id=request_id, request=Terminate(session_id=session_id, cell_id=cell_id)
+            )
+        )
+        return request_id
+
+    def shutdown_session(self, session_id: str) -> int:
+        """Queue `session/shutdown`; every `cell/closed` of the session precedes its answer."""
+        self._check_session(session_id)
+        return self._request(_Kind.SHUTDOWN, ShutdownSession(session_id=session_id))
+
+    def cancel(self, request_id: int) -> None:
+        """The caller of `request_id` went away (rule 3). Unknown or answered ids are ignored;
+        a terminate or a shutdown still runs to its end. The answer of an abandoned execute,
+        open, terminate or shutdown is still an event (nobody may be waiting for it)."""
+        if self._closed:
+            return
+        pending = self._pending.get(request_id)
+        if pending is not None:
+            pending.abandoned = True
+            if pending.kind is _Kind.EXECUTE:
+                self._queue(OperationCancel(id=request_id))
+            return
+        observation = self._observations.get(request_id)
+        view = observation.view if observation is not None else None
+        if observation is None or view is None or view.observer is not observation:
+            return
+        if view.phase is Phase.DEFERRED:
+            # Never sent: drop it, the retired observation before it stays.
+            del self._observations[request_id]
+            view.observer = None
+            view.move(Trigger.RETIRE)
+            return
+        view.move(Trigger.RETIRE)
+        view.retired, view.observer = observation, None
+        self._queue(OperationCancel(id=request_id))
+
+    def send_delegate_response(self, call_id: int, result: DelegateResult) -> bool:
+        """Answer reverse call `call_id`; False (nothing queued) if the host no longer wants
+        it. An answer too large for a frame is replaced by a `frame_limit` error.
+
+        Raises:
+            TypeError, ValueError, msgspec.EncodeError: the result has no msgpack form; the
+                call stays open for another answer.
+        """
+        view = self._calls.get(call_id)
+        if view is None or self._closed:
+            return False
+        try:
+            self._queue(DelegateResponse(id=call_id, result=result))
+        except FrameTooLargeError as error:
+            text = f"code-mode delegate response exceeds the IPC frame limit: {error}"
+            self._queue(
+                DelegateResponse(id=call_id, result=Err(kind=ErrorKind.FRAME_LIMIT, message=text))
+            )
+        del self._calls[call_id]
+        view.calls.discard(call_id)
+        self._forget_if_done(view)
+        return True
+
+    # ---- incoming --------------------------------------------------------------------------
+
+    def _receive(self, message: HostMessage) -> None:
+        if self._handshaking:
+            self._receive_handshake(message)
+            return
+        match message:
+            case OperationResponse(id=request_id, result=result):
+                self._on_response(request_id, result)
+            case InitialResponse(id=request_id, result=initial):
+                self._on_initial(request_id, initial)
+            case DelegateRequest():
+                self._on_delegate_request(message)
+            case DelegateCancel(id=call_id):
+                view = self._calls.pop(call_id, None)
+                if view is not None:  # else answered already: the two frames crossed
+                    view.calls.discard(call_id)
+                    self._events.append(DelegateCancelled(call_id=call_id))
+                    self._forget_if_done(view)
+            case CellClosed(session_id=session_id, cell_id=cell_id):
+                self._on_cell_closed(session_id, cell_id)
+            case Ready() | Rejected():
+                raise RemoteProtocolError("code-mode host sent a second handshake response")
+
+    def _receive_handshake(self, message: HostMessage) -> None:
+        if isinstance(message, Rejected):
+            self._closed = True
+            self._events.append(HandshakeRejected(reason=message.reason))
+            return
+        if not isinstance(message, Ready) or message.selected_version != PROTOCOL_VERSION:
+            raise RemoteProtocolError(
+                f"code-mode host returned an invalid handshake response: {message!r}"
+            )
+        unknown = set(message.capabilities) - self._offered
+        if unknown:
+            raise RemoteProtocolError(
+                f"code-mode host selected capabilities the client did not offer: {sorted(unknown)}"
+            )
+        self._handshaking = False
+        self.capabilities = frozenset(message.capabilities)
+        self._events.append(HandshakeCompleted(capabilities=self.capabilities))
+
+    def _on_response(self, request_id: int, result: HostResult) -> None:
+        observation = self._observations.get(request_id)
+        if observation is not None and not observation.initial:
+            del self._observations[request_id]
+            self._on_observation(observation, _wait_result(observation, result))
+            return
+        pending = self._pending.pop(request_id, None)
+        if pending is None:
+            raise RemoteProtocolError(f"code-mode host returned unknown request ID {request_id}")
+        handler = {
+            _Kind.OPEN: self._on_opened,
+            _Kind.EXECUTE: self._on_started,
+            _Kind.TERMINATE: self._on_terminated,
+            _Kind.SHUTDOWN: self._on_session_closed,
+        }[pending.kind]
+        handler(request_id, pending, result)
+
+    def _on_opened(self, request_id: int, pending: _Pending, result: HostResult) -> None:
+        session_id = pending.session_id
+        if isinstance(result, Err):
+            self._sessions.pop(session_id, None)
+        elif not isinstance(result.value, SessionReady) or result.value.session_id != session_id:
+            raise RemoteProtocolError("code-mode host returned an invalid open-session response")
+        else:
+            self._sessions[session_id] = True
+            if pending.abandoned:
+                # Its caller went away: nobody will ever use or shut down this session.
+                self._request(_Kind.SHUTDOWN, ShutdownSession(session_id=session_id), internal=True)
+        self._events.append(Answered(request_id=request_id, result=result))
+
+    def _on_started(self, request_id: int, pending: _Pending, result: HostResult) -> None:
+        if isinstance(result, Err):
+            self._events.append(Answered(request_id=request_id, result=result))
+            return
+        if not isinstance(result.value, ExecutionStarted):
+            raise RemoteProtocolError("code-mode host returned an invalid execute response")
+        key = (pending.session_id, result.value.cell_id)
+        if key in self._cells:
+            raise RemoteProtocolError(
+                f"code-mode host reused live cell {key[1]} in session {key[0]}"
+            )
+        view = self._cells[key] = CellView(key[0], key[1], request_id)
+        assert view.observer is not None
+        self._observations[request_id] = view.observer
+        if pending.abandoned:
+            # The caller never learned the cell id: the cell must not run unobserved forever
+            # (DESIGN 4, the cancellation rule). Its initial observation was cancelled with it.
+            view.move(Trigger.RELEASE_INITIAL)
+            view.retired, view.observer = view.observer, None
+            view.terminating = self._request(
+                _Kind.TERMINATE, Terminate(session_id=key[0], cell_id=key[1]), internal=True
+            )
+        # Also when abandoned: the adapter still owes the cell its delegate and `cell_closed`.
+        self._events.append(Answered(request_id=request_id, result=Ok(value=result.value)))
+
+    def _on_terminated(self, request_id: int, pending: _Pending, result: HostResult) -> None:
+        view = self._cells.get((pending.session_id, pending.cell_id))
+        if view is not None and view.terminating == request_id:
+            view.terminating = None
+        if isinstance(result, Ok):
+            outcome: ObservationResult = _checked_outcome(result.value, pending.cell_id)
+            if view is not None:
+                outcome = view.merged(outcome)
+            result = _completed(outcome)
+        if view is not None:
+            self._forget_if_done(view)
+        if not pending.internal:
+            self._events.append(Answered(request_id=request_id, result=result))
+
+    def _on_session_closed(self, request_id: int, pending: _Pending, result: HostResult) -> None:
+        session_id = pending.session_id
+        if isinstance(result, Ok) and (
+            not isinstance(result.value, SessionClosed) or result.value.session_id != session_id
+        ):
+            raise RemoteProtocolError("code-mode host returned an invalid shutdown response")
+        self._sessions.pop(session_id, None)
+        for key in [key for key in self._cells if key[0] == session_id]:
+            # Observations still unanswered keep their views (their answers may follow).
+            del self._cells[key]
+        if not pending.internal:
+            self._events.append(Answered(request_id=request_id, result=result))
+
+    def _on_initial(self, request_id: int, result: InitialResult) -> None:
+        observation = self._observations.get(request_id)
+        if observation is None or not observation.initial or observation.answered:
+            raise RemoteProtocolError(
+                f"code-mode host returned initial response for unknown request ID {request_id}"
+            )
+        observation.answered = True
+        if isinstance(result, Err):
+            self._on_observation(observation, result)
+            return
+        if result.value.cell_id != observation.cell_id:
+            raise RemoteProtocolError(
+                "code-mode host returned initial response for cell"
+                f" {result.value.cell_id} instead of {observation.cell_id}"
+            )
+        self._on_observation(observation, LiveCell(response=result.value))
+
+    def _on_observation(self, observation: Observation, result: ObservationResult) -> None:
+        view = observation.view
+        if view is None:
+            self._emit(observation, result)
+        elif view.retired is observation:
+            self._retired_answer(view, result)
+        elif view.phase is Phase.HELD:
+            view.held_answer = result  # kept (and its observation known) until taken or released
+        else:
+            self._answer_observation(view, result)
+
+    def _retired_answer(self, view: CellView, result: ObservationResult) -> None:
+        view.park(result)
+        if view.retired is not None:
+            self._observations.pop(view.retired.request_id, None)
+        view.retired = None
+        view.move(Trigger.RETIRED_ANSWER)
+        if view.phase is Phase.OBSERVING:  # a deferred observation may go now
+            deferred = view.observer
+            assert deferred is not None
+            if view.parked_final is not None:
+                self._answer_observation(view, LiveCell(response=view.parked_final))
+            else:
+                self._send_wait(deferred)
+        self._forget_if_done(view)
+
+    def _answer_observation(self, view: CellView, result: ObservationResult) -> None:
+        observation = view.observer
+        assert observation is not None
+        self._observations.pop(observation.request_id, None)
+        view.observer = None
+        view.move(Trigger.ANSWER)
+        self._emit(observation, view.merged(result))
+        self._forget_if_done(view)
+
+    def _emit(self, observation: Observation, result: ObservationResult) -> None:
+        if observation.initial:
+            initial: InitialResult = (
+                result if isinstance(result, Err) else Ok(value=result.response)
+            )
+            self._events.append(InitialAnswered(request_id=observation.request_id, result=initial))
+        else:
+            self._events.append(
+                Answered(request_id=observation.request_id, result=_completed(result))
+            )
+
+    def _on_delegate_request(self, message: DelegateRequest) -> None:
+        request = message.request
+        cell_id = request.invocation.cell_id if isinstance(request, ToolInvoke) else request.cell_id
+        if message.session_id not in self._sessions:
+            raise RemoteProtocolError(
+                f"code-mode host delegated for unknown session {message.session_id}"
+            )
+        view = self._cells.get((message.session_id, cell_id))
+        if view is None or view.closed:
+            raise RemoteProtocolError(
+                f"code-mode host delegated for unknown cell {cell_id}"
+                f" in session {message.session_id}"
+            )
+        call_id = message.id
+        if call_id in self._recent_calls:
+            raise RemoteProtocolError(f"duplicate code-mode delegate request ID {call_id}")
+        self._recent_calls.add(call_id)
+        self._calls[call_id] = view
+        view.calls.add(call_id)
+        self._events.append(
+            DelegateRequested(
+                call_id=call_id, session_id=message.session_id, cell_id=cell_id, request=request
+            )
+        )
+
+    def _on_cell_closed(self, session_id: str, cell_id: str) -> None:
+        if session_id not in self._sessions:
+            raise RemoteProtocolError(
+                f"code-mode host closed cell {cell_id} in unknown session {session_id}"
+            )
+        view = self._cells.get((session_id, cell_id))
+        if view is None or view.closed:
+            raise RemoteProtocolError(
+                f"code-mode host closed unknown cell {cell_id} in session {session_id}"
+            )
+        view.closed = True
+        for call_id in view.calls:
+            self._calls.pop(call_id, None)  # cancelled with the cell: no answer may follow
+        view.calls.clear()
+        self._events.append(CellEnded(session_id=session_id, cell_id=cell_id))
+        self._forget_if_done(view)
+
+    # ---- helpers ---------------------------------------------------------------------------
+
+    def _queue(self, message: object) -> None:
+        self._encoder.encode_into(message, self._outgoing)
+
+    def _new_id(self) -> int:
+        request_id = self._next_id
+        self._next_id += 1
+        return request_id
+
+    def _request(self, kind: _Kind, request: object, *, internal: bool = False) -> int:
+        request_id = self._new_id()
+        pending = _Pending(kind, request.session_id, internal=internal)  # type: ignore[attr-defined]
+        try:
+            self._queue(OperationRequest(id=request_id, request=request))  # type: ignore[arg-type]
+        except FrameTooLargeError:
+            if kind is _Kind.OPEN:
+                self._sessions.pop(pending.session_id, None)
+            raise
+        self._pending[request_id] = pending
+        return request_id
+
+    def _send_wait(self, observation: Observation) -> None:
+        request = WaitRequest(cell_id=observation.cell_id, yield_time_ms=observation.window_ms)
+        wait = Wait(session_id=observation.session_id, request=request)
+        self._queue(OperationRequest(id=observation.request_id, request=wait))
+
+    def _held(self, request_id: int) -> CellView:
+        observation = self._observations.get(request_id)
+        if observation is None or not observation.initial or observation.view is None:
+            raise LocalProtocolError(f"no initial response is held for request {request_id}")
+        return observation.view
+
+    def _forget_if_done(self, view: CellView) -> None:
+        key = (view.session_id, view.cell_id)
+        if view.forgettable and self._cells.get(key) is view:
+            del self._cells[key]
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise LocalProtocolError("the code-mode host connection is closed")
+        if self._handshaking:
+            raise LocalProtocolError("the code-mode handshake has not completed")
+
+    def _check_session(self, session_id: str) -> None:
+        self._check_usable()
+        if not self._sessions.get(session_id, False):
+            raise LocalProtocolError(f"unknown code-mode session {session_id}")
+
+
+def _busy(cell_id: str) -> Err:
+    return Err(
+        kind=ErrorKind.OBSERVER_BUSY, message=f"exec cell {cell_id} already has an active observer"
+    )
+
+
+def _completed(outcome: WaitOutcome | Err) -> HostResult:
+    if isinstance(outcome, Err):
+        return outcome
+    completed: HostResult = Ok(value=WaitCompleted(outcome=outcome))
+    return completed
+
+
+def _checked_outcome(value: object, cell_id: str) -> WaitOutcome:
+    if not isinstance(value, WaitCompleted):
+        raise RemoteProtocolError("code-mode host returned an invalid cell response")
+    if value.outcome.response.cell_id != cell_id:
+        raise RemoteProtocolError(
+            f"code-mode host returned cell {value.outcome.response.cell_id}"
+            f" for request targeting {cell_id}"
+        )
+    return value.outcome
+
+
+def _wait_result(observation: Observation, result: HostResult) -> ObservationResult:
+    if isinstance(result, Err):
+        return result
+    return _checked_outcome(result.value, observation.cell_id)

@@ -1,0 +1,110 @@
+"""What the sans-IO connections hand to their trio adapters (`next_event()`).
+
+Events are frozen Structs; each names one thing the adapter must act on. Neither connection
+hands out raw frames: ids are checked, answers are routed, retired answers are parked, before an
+event leaves the connection.
+
+    client side                          host side
+    HandshakeCompleted, HandshakeRejected   HandshakeCompleted
+    Answered, InitialAnswered               RequestReceived, CancelRequested
+    DelegateRequested, DelegateCancelled    DelegateAnswered
+    CellEnded                               ConnectionEnded
+    ConnectionEnded
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from .._api import RuntimeResponse
+from ._messages import (
+    Err,
+    HostRequest,
+    HostResponse,
+    NotificationDelivered,
+    NotificationSend,
+    Ok,
+    RejectReason,
+    ToolInvoke,
+    ToolResult,
+)
+
+
+class _Event(msgspec.Struct, frozen=True, kw_only=True):
+    pass
+
+
+class HandshakeCompleted(_Event, frozen=True):
+    """The handshake succeeded with these capabilities."""
+
+    capabilities: frozenset[str]
+
+
+class HandshakeRejected(_Event, frozen=True):
+    """The host refused the client's hello; the connection is over."""
+
+    reason: RejectReason
+
+
+class Answered(_Event, frozen=True):
+    """The answer of operation `request_id` (open, execute, wait, terminate, shutdown).
+
+    For a wait or a terminate the answer may have been built (or completed) by the connection
+    from output parked for the cell, so the adapter never sees a frame for it.
+    """
+
+    request_id: int
+    result: Ok[HostResponse] | Err
+
+
+class InitialAnswered(_Event, frozen=True):
+    """The initial response of the cell started by execute `request_id`."""
+
+    request_id: int
+    result: Ok[RuntimeResponse] | Err
+
+
+class DelegateRequested(_Event, frozen=True):
+    """The host asks the client to run a tool call or deliver a notification."""
+
+    call_id: int
+    session_id: str
+    cell_id: str
+    request: ToolInvoke | NotificationSend
+
+
+class DelegateCancelled(_Event, frozen=True):
+    """The host no longer wants the answer of reverse call `call_id`: cancel it."""
+
+    call_id: int
+
+
+class CellEnded(_Event, frozen=True):
+    """`cell/closed`: the cell is gone; its reverse calls are cancelled, none will follow."""
+
+    session_id: str
+    cell_id: str
+
+
+class RequestReceived(_Event, frozen=True):
+    """(host) A valid operation to run; answer it with `respond` (or `execution_started`)."""
+
+    request_id: int
+    request: HostRequest
+
+
+class CancelRequested(_Event, frozen=True):
+    """(host) The client cancelled active operation `request_id` (an execute or a wait)."""
+
+    request_id: int
+
+
+class DelegateAnswered(_Event, frozen=True):
+    """(host) The client's answer to reverse call `call_id`."""
+
+    call_id: int
+    result: Ok[ToolResult | NotificationDelivered] | Err
+
+
+class ConnectionEnded(_Event, frozen=True):
+    """The peer closed its side at a frame boundary."""

@@ -1,0 +1,400 @@
+"""The host side of the wire as a sans-IO state machine (h11's `Connection`; STYLE 3).
+
+`HostConnection` turns received bytes into events for the host program (`next_event()`) and
+its answers into frames (`data_to_send()`). It does no I/O and knows nothing of trio or of the
+runtime: `codemode_host.server` moves the bytes and runs the requests.
+
+What it owns (reference-host sections 3, 4.1 and 5):
+1. The handshake: the first frame must be a hello (else `invalidHello`); versions and
+   capabilities are negotiated; a hello that does not decode is a `RemoteProtocolError`.
+2. The request book: a request id is active until answered (an execute until its initial
+   response); a repeated active id, or one of the last 4096 finished ids, is fatal.
+3. The session book: ids open, opening or closing, and the last 4096 closed ones; requests for
+   an unknown or closing session, a reused id, limits without their capability, are answered
+   here and never reach the runtime.
+4. Per-cell order: `execution/started`, then reverse calls and the initial response, then
+   `cell/closed`, which is held back until the initial response is queued; no reverse call
+   after `cell/closed`; `session/closed` is held back until every cell of the session closed.
+5. Reverse calls: ids from 1; `delegate/cancel` only for a call still pending, at most once;
+   an answer to an unknown or cancelled call is ignored.
+6. Frame limits: an answer too large for a frame is replaced by a `frame_limit` error with the
+   same id; a reverse call too large fails that call only (`FrameTooLargeError` to the caller).
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+from collections.abc import Iterable
+
+from .._api import RuntimeResponse
+from ..errors import ErrorKind
+from ._codec import NEED_DATA, FrameDecoder, FrameEncoder, FrameTooLargeError, NeedData
+from ._errors import LocalProtocolError, RemoteProtocolError
+from ._events import (
+    CancelRequested,
+    ConnectionEnded,
+    DelegateAnswered,
+    HandshakeCompleted,
+    HandshakeRejected,
+    RequestReceived,
+)
+from ._messages import (
+    LIMITS_CAPABILITY,
+    PROTOCOL_VERSION,
+    CellClosed,
+    ClientMessage,
+    DelegateCancel,
+    DelegateRequest,
+    DelegateResponse,
+    Err,
+    Execute,
+    ExecutionStarted,
+    Hello,
+    HostRequest,
+    HostResponse,
+    InitialResponse,
+    InvalidHello,
+    MissingRequiredCapability,
+    NoCompatibleVersion,
+    NotificationSend,
+    Ok,
+    OpenSession,
+    OperationCancel,
+    OperationRequest,
+    OperationResponse,
+    Ready,
+    Rejected,
+    SessionClosed,
+    SessionReady,
+    ShutdownSession,
+    ToolInvoke,
+    Wait,
+)
+from ._recent import RecentIds
+
+HostEvent = (
+    HandshakeCompleted
+    | HandshakeRejected
+    | RequestReceived
+    | CancelRequested
+    | DelegateAnswered
+    | ConnectionEnded
+)
+
+
+class _SessionState(enum.Enum):
+    OPENING = "opening"
+    OPEN = "open"
+    CLOSING = "closing"
+
+
+class _Route:
+    """One cell's frames: its execute's id, and what is held back until its initial response."""
+
+    __slots__ = ("calls", "cell_id", "closed", "execute_id", "initial_sent", "session_id")
+
+    def __init__(self, session_id: str, cell_id: str, execute_id: int) -> None:
+        self.session_id = session_id
+        self.cell_id = cell_id
+        self.execute_id = execute_id
+        self.initial_sent = False
+        self.closed = False
+        self.calls: set[int] = set()
+
+
+class HostConnection:
+    """One client connection, as the host serves it.
+
+    Args:
+        supported_capabilities: what this host can offer in the handshake.
+    """
+
+    def __init__(self, *, supported_capabilities: Iterable[str] = (LIMITS_CAPABILITY,)) -> None:
+        self._supported = frozenset(supported_capabilities)
+        self._encoder = FrameEncoder()
+        self._decoder: FrameDecoder[ClientMessage] = FrameDecoder(ClientMessage)  # type: ignore[arg-type]
+        self._outgoing = bytearray()
+        self._events: collections.deque[HostEvent] = collections.deque()
+        self._handshaking = True
+        self._closed = False
+        self._eof = False
+        self.capabilities: frozenset[str] = frozenset()
+        self._active: dict[int, HostRequest] = {}
+        self._finished = RecentIds()
+        self._sessions: dict[str, _SessionState] = {}
+        self._closed_sessions = RecentIds()
+        self._routes: dict[tuple[str, str], _Route] = {}
+        self._routes_of: dict[str, set[_Route]] = {}
+        self._held_closes: dict[str, int] = {}
+        self._calls: dict[int, _Route] = {}
+        self._next_call = 1
+
+    # ---- bytes -----------------------------------------------------------------------------
+
+    def data_to_send(self) -> bytes:
+        """Every frame queued since the last call, in order (b"" when there is none)."""
+        data, self._outgoing = bytes(self._outgoing), bytearray()
+        return data
+
+    def receive_data(self, data: bytes | bytearray) -> None:
+        """Feed bytes read from the client; b"" means end of file."""
+        if data:
+            self._decoder.receive_data(data)
+        else:
+            self._eof = True
+
+    def next_event(self) -> HostEvent | NeedData:
+        """The next event, or NEED_DATA when more bytes must be read first.
+
+        Raises:
+            RemoteProtocolError: the client broke the protocol (an undecodable or oversized
+                frame, a second hello, a repeated request id).
+        """
+        while not self._events:
+            if self._closed:
+                return NEED_DATA
+            message = self._decoder.next_message()
+            if message is NEED_DATA:
+                if not self._eof:
+                    return NEED_DATA
+                if self._decoder.buffered:
+                    raise RemoteProtocolError("EOF inside a code-mode IPC frame")
+                self._closed = True
+                return ConnectionEnded()
+            self._receive(message)
+        return self._events.popleft()
+
+    @property
+    def pending_calls(self) -> int:
+        """Reverse calls sent and not yet answered or cancelled."""
+        return len(self._calls)
+
+    # ---- answers ---------------------------------------------------------------------------
+
+    def respond(self, request_id: int, result: Ok[HostResponse] | Err) -> None:
+        """Queue the `operation/response` of active request `request_id`.
+
+        An `ExecutionStarted` keeps the request active until `respond_initial`. A
+        `SessionClosed` is held back until every cell of the session is closed.
+        """
+        request = self._active.get(request_id)
+        if request is None:
+            raise LocalProtocolError(f"code-mode request {request_id} is not active")
+        value = result.value if isinstance(result, Ok) else None
+        match request:
+            case Execute() if isinstance(value, ExecutionStarted):
+                self._start_route(request_id, request.session_id, value.cell_id)
+                return  # active until its initial response
+            case OpenSession(session_id=session_id):
+                if isinstance(value, SessionReady):
+                    self._sessions[session_id] = _SessionState.OPEN
+                    self._routes_of[session_id] = set()
+                else:
+                    del self._sessions[session_id]
+            case ShutdownSession(session_id=session_id) if isinstance(value, SessionClosed):
+                if self._routes_of.get(session_id):
+                    self._held_closes[session_id] = request_id
+                    return
+                self._forget_session(session_id)
+        self._finish(request_id)
+        self._send_response(request_id, result)
+
+    def respond_initial(self, request_id: int, result: Ok[RuntimeResponse] | Err) -> None:
+        """Queue the initial response of the cell started by execute `request_id`, then its
+        `cell/closed` if the cell already closed."""
+        route = next((r for r in self._routes_of_request(request_id)), None)
+        if route is None or route.initial_sent:
+            raise LocalProtocolError(f"code-mode execute {request_id} has no initial response due")
+        try:
+            self._queue(InitialResponse(id=request_id, result=result))
+        except FrameTooLargeError as error:
+            text = f"code-mode initial response exceeds the IPC frame limit: {error}"
+            self._queue(InitialResponse(id=request_id, result=_err(ErrorKind.FRAME_LIMIT, text)))
+        route.initial_sent = True
+        self._finish(request_id)
+        if route.closed:
+            self._close_route(route)
+
+    def cell_closed(self, session_id: str, cell_id: str) -> None:
+        """The runtime closed the cell: queue `cell/closed` (after its initial response)."""
+        route = self._routes.get((session_id, cell_id))
+        if route is None or route.closed:
+            raise LocalProtocolError(f"code-mode cell {cell_id} of {session_id} is not open")
+        route.closed = True
+        for call_id in route.calls:
+            del self._calls[call_id]  # the runtime cancelled them: no cancel frame is owed
+        route.calls.clear()
+        if route.initial_sent:
+            self._close_route(route)
+
+    # ---- reverse calls ---------------------------------------------------------------------
+
+    def call_client(
+        self, session_id: str, cell_id: str, request: ToolInvoke | NotificationSend
+    ) -> int:
+        """Queue a reverse call for a live cell; returns its delegate id.
+
+        Raises:
+            FrameTooLargeError: the call does not fit in a frame (fail this call only).
+            LocalProtocolError: the cell is closed or unknown.
+        """
+        route = self._routes.get((session_id, cell_id))
+        if route is None or route.closed or self._closed:
+            raise LocalProtocolError("code-mode cell is closed")
+        call_id = self._next_call
+        self._queue(DelegateRequest(id=call_id, session_id=session_id, request=request))
+        self._next_call += 1
+        self._calls[call_id] = route
+        route.calls.add(call_id)
+        return call_id
+
+    def cancel_call(self, call_id: int) -> None:
+        """The host no longer wants reverse call `call_id` answered: `delegate/cancel` if it
+        is still pending (at most once)."""
+        route = self._calls.pop(call_id, None)
+        if route is not None:
+            route.calls.discard(call_id)
+            if not self._closed:
+                self._queue(DelegateCancel(id=call_id))
+
+    # ---- incoming --------------------------------------------------------------------------
+
+    def _receive(self, message: ClientMessage) -> None:
+        if self._handshaking:
+            self._handshake(message)
+            return
+        match message:
+            case OperationRequest(id=request_id, request=request):
+                self._on_request(request_id, request)
+            case OperationCancel(id=request_id):
+                if isinstance(self._active.get(request_id), Execute | Wait):
+                    self._events.append(CancelRequested(request_id=request_id))
+            case DelegateResponse(id=call_id, result=result):
+                route = self._calls.pop(call_id, None)
+                if route is not None:  # unknown and cancelled ids are ignored
+                    route.calls.discard(call_id)
+                    self._events.append(DelegateAnswered(call_id=call_id, result=result))
+            case Hello():
+                raise RemoteProtocolError("received a second code-mode client hello")
+
+    def _handshake(self, message: ClientMessage) -> None:
+        if not isinstance(message, Hello):
+            self._reject(InvalidHello(message="first message must be connection/hello"))
+            return
+        if PROTOCOL_VERSION not in message.supported_versions:
+            self._reject(NoCompatibleVersion(supported_versions=[PROTOCOL_VERSION]))
+            return
+        offered = self._supported & {*message.required_capabilities, *message.optional_capabilities}
+        for capability in message.required_capabilities:
+            if capability not in offered:
+                self._reject(MissingRequiredCapability(capability=capability))
+                return
+        self._handshaking = False
+        self.capabilities = offered
+        self._queue(Ready(selected_version=PROTOCOL_VERSION, capabilities=sorted(offered)))
+        self._events.append(HandshakeCompleted(capabilities=offered))
+
+    def _reject(
+        self, reason: InvalidHello | NoCompatibleVersion | MissingRequiredCapability
+    ) -> None:
+        self._queue(Rejected(reason=reason))
+        self._closed = True
+        self._events.append(HandshakeRejected(reason=reason))
+
+    def _on_request(self, request_id: int, request: HostRequest) -> None:
+        if request_id in self._active or request_id in self._finished:
+            raise RemoteProtocolError(f"duplicate code-mode request ID {request_id}")
+        self._active[request_id] = request
+        problem = self._refusal(request)
+        if problem is not None:
+            self._finish(request_id)
+            self._send_response(request_id, problem)
+            return
+        if isinstance(request, OpenSession):
+            self._sessions[request.session_id] = _SessionState.OPENING
+        elif isinstance(request, ShutdownSession):
+            self._sessions[request.session_id] = _SessionState.CLOSING
+        self._events.append(RequestReceived(request_id=request_id, request=request))
+
+    def _refusal(self, request: HostRequest) -> Err | None:
+        """The answer to a request the runtime must not see, or None (rule 3)."""
+        session_id = request.session_id
+        state = self._sessions.get(session_id)
+        if isinstance(request, OpenSession):
+            if state is not None:
+                return _invalid(f"code-mode session ID `{session_id}` is already open")
+            if session_id in self._closed_sessions:
+                return _invalid(f"code-mode session ID `{session_id}` was reused")
+            if (
+                request.cell_execution_limits is not None
+                and LIMITS_CAPABILITY not in self.capabilities
+            ):
+                return _invalid(
+                    "invalid code-mode session execution limits:"
+                    f" {LIMITS_CAPABILITY} was not negotiated"
+                )
+            return None
+        if state is _SessionState.OPEN:
+            return None
+        if state is _SessionState.CLOSING:
+            return _err(ErrorKind.SHUTTING_DOWN, "code mode session is shutting down")
+        return _invalid(f"unknown code-mode session {session_id}")
+
+    # ---- helpers ---------------------------------------------------------------------------
+
+    def _queue(self, message: object) -> None:
+        self._encoder.encode_into(message, self._outgoing)
+
+    def _send_response(self, request_id: int, result: Ok[HostResponse] | Err) -> None:
+        try:
+            self._queue(OperationResponse(id=request_id, result=result))
+        except FrameTooLargeError as error:
+            text = f"code-mode host response exceeds the IPC frame limit: {error}"
+            self._queue(OperationResponse(id=request_id, result=_err(ErrorKind.FRAME_LIMIT, text)))
+
+    def _finish(self, request_id: int) -> None:
+        del self._active[request_id]
+        self._finished.add(request_id)
+
+    def _start_route(self, request_id: int, session_id: str, cell_id: str) -> None:
+        key = (session_id, cell_id)
+        if key in self._routes:
+            raise LocalProtocolError(f"code-mode cell {cell_id} of {session_id} is already open")
+        route = _Route(session_id, cell_id, request_id)
+        self._routes[key] = route
+        self._routes_of[session_id].add(route)
+        self._send_response(request_id, Ok(value=ExecutionStarted(cell_id=cell_id)))
+
+    def _routes_of_request(self, request_id: int) -> list[_Route]:
+        request = self._active.get(request_id)
+        if not isinstance(request, Execute):
+            return []
+        return [
+            r for r in self._routes_of.get(request.session_id, ()) if r.execute_id == request_id
+        ]
+
+    def _close_route(self, route: _Route) -> None:
+        self._queue(CellClosed(session_id=route.session_id, cell_id=route.cell_id))
+        del self._routes[(route.session_id, route.cell_id)]
+        routes = self._routes_of[route.session_id]
+        routes.discard(route)
+        held = self._held_closes.get(route.session_id)
+        if held is not None and not routes:
+            del self._held_closes[route.session_id]
+            self._forget_session(route.session_id)
+            self._finish(held)
+            self._send_response(held, Ok(value=SessionClosed(session_id=route.session_id)))
+
+    def _forget_session(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+        self._routes_of.pop(session_id, None)
+        self._closed_sessions.add(session_id)
+
+
+def _err(kind: ErrorKind, message: str) -> Err:
+    return Err(kind=kind, message=message)
+
+
+def _invalid(message: str) -> Err:
+    return Err(kind=ErrorKind.INVALID_REQUEST, message=message)

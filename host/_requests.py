@@ -1,0 +1,302 @@
+"""The host's requests and reverse calls: each operation the client asked for, run on the runtime.
+
+Every request runs as its own task in the host's work nursery. Execute and wait run inside a
+cancel scope that `operation/cancel` cancels: a cancelled execute that was not admitted yet
+answers `code-mode request cancelled`; once admitted, a cancel only ends its initial
+observation (the client terminates a cell it no longer wants). Terminate and shutdown are not
+cancellable.
+
+Reverse calls: a cell's tool call or notification becomes a `delegate/request` through the
+connection, awaited in a one-shot slot; when the cell cancels it, the connection sends
+`delegate/cancel`. A call the connection cannot send fails in the cell only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+
+import msgspec
+import trio
+from codemode_host.engine import Engine
+from codemode_host.runtime import RuntimeSession
+
+from codemode import (
+    CellLimits,
+    CodeModeError,
+    JsonValue,
+    NestedToolCall,
+    RuntimeResponse,
+    StartedCell,
+    ToolError,
+    WaitOutcome,
+)
+from codemode._trio import OneShot
+from codemode.errors import ErrorKind, error_kind
+from codemode.protocol import (
+    MAX_FRAME_BYTES,
+    Err,
+    Execute,
+    ExecutionStarted,
+    FrameTooLargeError,
+    HostConnection,
+    HostRequest,
+    HostResponse,
+    LocalProtocolError,
+    NotificationDelivered,
+    NotificationSend,
+    Ok,
+    OpenSession,
+    SessionClosed,
+    SessionReady,
+    ShutdownSession,
+    Terminate,
+    ToolInvoke,
+    ToolResult,
+    Wait,
+    WaitCompleted,
+)
+
+logger = logging.getLogger("codemode.host")
+
+DelegateResult = Ok[ToolResult | NotificationDelivered] | Err
+
+RESPONSE_BUDGET = MAX_FRAME_BYTES - (1 << 20)
+"""The most output one observation takes: what fits in a frame, with room for its envelope."""
+
+CLIENT_GONE = "code-mode client connection closed"
+CANCELLED = Err(kind=ErrorKind.CANCELLED, message="code-mode request cancelled")
+
+
+def _failure(error: CodeModeError) -> Err:
+    return Err(kind=error_kind(error), message=str(error))
+
+
+def _timed(response: RuntimeResponse, started: float) -> RuntimeResponse:
+    return msgspec.structs.replace(response, host_duration=time.perf_counter() - started)
+
+
+def _timed_outcome(outcome: WaitOutcome, started: float) -> WaitOutcome:
+    return msgspec.structs.replace(outcome, response=_timed(outcome.response, started))
+
+
+class _Cancellable:
+    """An operation `operation/cancel` may target: cancels its current scope, or the next
+    one it enters if it is between two (an execute between admission and observation)."""
+
+    __slots__ = ("_scope", "cancelled")
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self._scope: trio.CancelScope | None = None
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[trio.CancelScope]:
+        with trio.CancelScope() as scope:
+            if self.cancelled:
+                scope.cancel()
+            self._scope = scope
+            try:
+                yield scope
+            finally:
+                self._scope = None
+
+
+class Requests:
+    """The host's live state for one client: runtime sessions, active requests, reverse calls.
+
+    Args:
+        engine: where cells run.
+        connection: the sans-IO connection (frames are queued there).
+        nursery: where requests, cells and delegate calls run.
+        flush: wakes the writer after something was queued.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        connection: HostConnection,
+        nursery: trio.Nursery,
+        flush: Callable[[], None],
+    ) -> None:
+        self._engine = engine
+        self._connection = connection
+        self._nursery = nursery
+        self._flush = flush
+        self._sessions: dict[str, RuntimeSession] = {}
+        self._active: dict[int, _Cancellable] = {}
+        self._calls: dict[int, OneShot[DelegateResult]] = {}
+        self._disconnected = False
+
+    # ---- dispatch ------------------------------------------------------------------------
+
+    def start(self, request_id: int, request: HostRequest) -> None:
+        """Run a request the connection accepted, as a task."""
+        operation = _Cancellable()
+        if isinstance(request, Execute | Wait):
+            self._active[request_id] = operation
+        self._nursery.start_soon(self._run, request_id, request, operation)
+
+    def cancel(self, request_id: int) -> None:
+        """`operation/cancel` of an active execute or wait."""
+        operation = self._active.get(request_id)
+        if operation is not None:
+            operation.cancel()
+
+    def answered(self, call_id: int, result: DelegateResult) -> None:
+        slot = self._calls.get(call_id)
+        if slot is not None:
+            slot.set(result)
+
+    def _respond(self, request_id: int, result: Ok[HostResponse] | Err) -> None:
+        self._connection.respond(request_id, result)
+        self._flush()
+
+    async def _run(self, request_id: int, request: HostRequest, operation: _Cancellable) -> None:
+        started = time.perf_counter()
+        try:
+            match request:
+                case Execute():
+                    await self._execute(request_id, request, operation, started)
+                    return
+                case Wait(session_id=session_id, request=wait):
+                    result: Ok[HostResponse] | Err = CANCELLED
+                    with operation.scope():
+                        outcome = await self._sessions[session_id].wait(wait)
+                        result = Ok(value=WaitCompleted(outcome=_timed_outcome(outcome, started)))
+                case OpenSession():
+                    result = self._open(request)
+                case Terminate(session_id=session_id, cell_id=cell_id):
+                    outcome = await self._sessions[session_id].terminate(cell_id)
+                    result = Ok(value=WaitCompleted(outcome=_timed_outcome(outcome, started)))
+                case ShutdownSession(session_id=session_id):
+                    await self._sessions[session_id].shutdown()
+                    del self._sessions[session_id]
+                    result = Ok(value=SessionClosed(session_id=session_id))
+        except CodeModeError as error:
+            result = _failure(error)
+        except Exception as error:
+            logger.exception("code-mode request %s failed", request_id)
+            result = Err(kind=ErrorKind.INTERNAL, message=f"code-mode request task failed: {error}")
+        finally:
+            self._active.pop(request_id, None)
+        self._respond(request_id, result)
+
+    def _open(self, request: OpenSession) -> Ok[HostResponse] | Err:
+        limits = request.cell_execution_limits or CellLimits()
+        problem = limits.problem()
+        if problem is not None:
+            return Err(
+                kind=ErrorKind.INVALID_REQUEST,
+                message=f"invalid code-mode session execution limits: {problem}",
+            )
+        self._sessions[request.session_id] = RuntimeSession(
+            self._engine, self._nursery, limits, max_response_bytes=RESPONSE_BUDGET
+        )
+        return Ok(value=SessionReady(session_id=request.session_id))
+
+    async def _execute(
+        self, request_id: int, request: Execute, operation: _Cancellable, started: float
+    ) -> None:
+        session_id = request.session_id
+        delegate = _RemoteDelegate(self, session_id)
+        with operation.scope() as admission:
+            cell: StartedCell = await self._sessions[session_id].execute(request.request, delegate)
+        if admission.cancelled_caught:  # cancelled before the runtime admitted it: no cell
+            self._respond(request_id, CANCELLED)
+            return
+        self._respond(request_id, Ok(value=ExecutionStarted(cell_id=cell.cell_id)))
+        initial: Ok[RuntimeResponse] | Err = CANCELLED
+        try:
+            with operation.scope():
+                initial = Ok(value=_timed(await cell.initial_response(), started))
+        except CodeModeError as error:
+            initial = _failure(error)
+        except Exception as error:
+            logger.exception("code-mode execute %s failed", request_id)
+            initial = Err(
+                kind=ErrorKind.INTERNAL, message=f"code-mode request task failed: {error}"
+            )
+        self._connection.respond_initial(request_id, initial)
+        self._flush()
+
+    # ---- reverse calls -------------------------------------------------------------------
+
+    async def call_client(
+        self, session_id: str, cell_id: str, request: ToolInvoke | NotificationSend
+    ) -> DelegateResult:
+        """Send a reverse call and await its answer (cancellation sends `delegate/cancel`)."""
+        if self._disconnected:
+            return Err(kind=ErrorKind.INTERNAL, message=CLIENT_GONE)
+        try:
+            call_id = self._connection.call_client(session_id, cell_id, request)
+        except FrameTooLargeError as error:
+            return Err(kind=ErrorKind.FRAME_LIMIT, message=str(error))
+        except LocalProtocolError as error:
+            return Err(kind=ErrorKind.INTERNAL, message=str(error))
+        slot: OneShot[DelegateResult] = OneShot()
+        self._calls[call_id] = slot
+        self._flush()
+        try:
+            return await slot.get()
+        finally:
+            del self._calls[call_id]
+            if not slot.is_set():
+                self._connection.cancel_call(call_id)
+                self._flush()
+
+    def cell_closed(self, session_id: str, cell_id: str) -> None:
+        self._connection.cell_closed(session_id, cell_id)
+        self._flush()
+
+    # ---- the end -----------------------------------------------------------------------
+
+    def disconnect(self) -> None:
+        """The client is gone: reverse calls fail, active requests are cancelled."""
+        self._disconnected = True
+        for slot in self._calls.values():
+            slot.set(Err(kind=ErrorKind.INTERNAL, message=CLIENT_GONE))
+        for operation in self._active.values():
+            operation.cancel()
+
+    async def shutdown(self) -> None:
+        """Shut every session down (the client went away)."""
+        async with trio.open_nursery() as nursery:
+            for session in self._sessions.values():
+                nursery.start_soon(session.shutdown)
+        self._sessions.clear()
+
+
+class _RemoteDelegate:
+    """The delegate of one execute: forwards tool calls and notifications to the client."""
+
+    def __init__(self, requests: Requests, session_id: str) -> None:
+        self._requests = requests
+        self._session_id = session_id
+
+    async def invoke_tool(self, call: NestedToolCall) -> JsonValue:
+        request = ToolInvoke(invocation=call)
+        result = await self._requests.call_client(self._session_id, call.cell_id, request)
+        if isinstance(result, Err):
+            raise ToolError(result.message)
+        if not isinstance(result.value, ToolResult):
+            raise ToolError("code-mode client returned an invalid tool result")
+        return result.value.result
+
+    async def notify(self, call_id: str, cell_id: str, text: str) -> None:
+        request = NotificationSend(call_id=call_id, cell_id=cell_id, text=text)
+        result = await self._requests.call_client(self._session_id, cell_id, request)
+        if isinstance(result, Err):
+            raise CodeModeError(result.message)
+        if not isinstance(result.value, NotificationDelivered):
+            raise CodeModeError("code-mode client returned an invalid notification result")
+
+    def cell_closed(self, cell_id: str) -> None:
+        self._requests.cell_closed(self._session_id, cell_id)

@@ -1,0 +1,159 @@
+"""The delegate calls of one cell: its nested tool calls and its notifications.
+
+Each call runs as a task of the session's nursery in a `CallbackGroup` (one group for tool
+calls, one for notifications), so the cell can cancel them all and wait for them with a bound.
+
+Rules:
+1. A call the cell makes while its observer is answering (the observer is YIELDING) is held
+   back until that observer answered (`release_held`), so the observer's response reaches the
+   caller, and the wire, before the call does (reference-host 2.5).
+2. A tool's answer reaches the engine only while the cell accepts answers (its JavaScript runs
+   and it is not terminating); a late answer is discarded.
+3. A delegate's `ToolError` rejects the JS promise with its text; any other exception (or a
+   result with no JSON form) rejects it with `tool <name> failed: <message>`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import msgspec
+import trio
+from codemode_host.engine import EngineCell, EngineClosedError, ToolCallRequested
+
+from codemode import ExecuteRequest, NestedToolCall, SessionDelegate, ToolError
+from codemode._trio import CLEANUP_GRACE, CallbackGroup
+from codemode.errors import tool_failure_message
+
+logger = logging.getLogger("codemode.runtime")
+
+_encode_json = msgspec.json.Encoder().encode
+_decode_json = msgspec.json.Decoder().decode
+
+
+class CellCalls:
+    """The tool calls and notifications of one cell.
+
+    Args:
+        cell_id: the cell's id, as the delegate sees it.
+        request: the execute request (its tools and its `tool_call_id`).
+        delegate: who runs the calls.
+        engine_cell: where tool answers go.
+        nursery: where the calls run (the session's).
+        accepting: whether a tool answer may still reach the engine (rule 2).
+    """
+
+    def __init__(
+        self,
+        *,
+        cell_id: str,
+        request: ExecuteRequest,
+        delegate: SessionDelegate,
+        engine_cell: EngineCell,
+        nursery: trio.Nursery,
+        accepting: Callable[[], bool],
+    ) -> None:
+        self._cell_id = cell_id
+        self._request = request
+        self._delegate = delegate
+        self._engine_cell = engine_cell
+        self._accepting = accepting
+        self._tools = CallbackGroup(nursery)
+        self._notifications = CallbackGroup(nursery)
+        self._held: list[Callable[[], object]] = []
+        self._released = trio.Event()
+
+    # ---- starting ------------------------------------------------------------------------
+
+    def tool_call(self, event: ToolCallRequested, *, hold: bool) -> None:
+        """Start (or hold back, rule 1) the call a cell made."""
+        definition = self._request.enabled_tools[event.tool_index]
+        call = NestedToolCall(
+            cell_id=self._cell_id,
+            runtime_tool_call_id=f"tool-{event.call_id}",
+            tool_name=definition.tool_name,
+            tool_kind=definition.kind,
+            input=None if event.input_json is None else _decode_json(event.input_json),
+        )
+        self._start(lambda: self._tools.start(self._invoke_tool, event.call_id, call), hold)
+
+    def notification(self, text: str, *, hold: bool) -> None:
+        """Deliver (or hold back, rule 1) a `notify()` text."""
+        self._start(lambda: self._notifications.start(self._deliver_notification, text), hold)
+
+    def _start(self, start: Callable[[], object], hold: bool) -> None:
+        if hold or self._held:
+            if not self._held:
+                self._released = trio.Event()
+            self._held.append(start)  # behind earlier held calls: the cell's order is kept
+        else:
+            start()
+
+    def release_held(self) -> None:
+        """The observer answered: start the calls held back behind it, in order."""
+        held, self._held = self._held, []
+        for start in held:
+            start()
+        self._released.set()
+
+    # ---- ending ------------------------------------------------------------------------
+
+    async def deliver_notifications(self) -> None:
+        """Wait until every notification made so far was delivered (or cancelled): the held
+        ones start when their observer answered, which it is about to do."""
+        while self._held:
+            await self._released.wait()
+        await self._notifications.wait_idle()
+
+    def cancel_tools(self, reason: str) -> None:
+        self._tools.cancel(reason)
+
+    def cancel(self, reason: str) -> None:
+        """Cancel every call; held calls are dropped (the cell ends without them)."""
+        self._held.clear()
+        self._released.set()
+        self._notifications.cancel(reason)
+        self._tools.cancel(reason)
+
+    async def wait_idle(self) -> None:
+        """Wait until every call returned, for at most `CLEANUP_GRACE` (DESIGN section 4)."""
+        with trio.move_on_after(CLEANUP_GRACE):
+            await self._notifications.wait_idle()
+            await self._tools.wait_idle()
+
+    # ---- running -----------------------------------------------------------------------
+
+    async def _invoke_tool(self, call_id: int, call: NestedToolCall) -> None:
+        try:
+            result = await self._delegate.invoke_tool(call)
+            payload = _encode_json(result)
+        except ToolError as error:
+            self._answer(call_id, rejection=error.text)
+        except Exception as error:
+            if not isinstance(error, TypeError | ValueError | OverflowError):
+                logger.warning("tool %s of exec cell %s raised", call.tool_name.name,
+                               self._cell_id, exc_info=True)  # fmt: skip
+            self._answer(call_id, rejection=tool_failure_message(call.tool_name.name, error))
+        else:
+            self._answer(call_id, result_json=payload)
+
+    def _answer(
+        self, call_id: int, *, result_json: bytes | None = None, rejection: str | None = None
+    ) -> None:
+        if not self._accepting():
+            return  # rule 2: a late answer for a cell that ended is discarded
+        try:
+            if rejection is None:
+                assert result_json is not None
+                self._engine_cell.settle_tool_call(call_id, result_json)
+            else:
+                self._engine_cell.reject_tool_call(call_id, rejection)
+        except EngineClosedError:
+            pass  # the engine is closing: the cell is about to end anyway
+
+    async def _deliver_notification(self, text: str) -> None:
+        try:
+            await self._delegate.notify(self._request.tool_call_id, self._cell_id, text)
+        except Exception as error:
+            logger.warning("failed to deliver code mode notification: %s", error)
