@@ -205,7 +205,10 @@ def default_workers() -> int:
 
 @asynccontextmanager
 async def open_engine(
-    *, workers: int | None = None, max_workers: int = DEFAULT_MAX_WORKERS
+    *,
+    workers: int | None = None,
+    max_workers: int = DEFAULT_MAX_WORKERS,
+    fault_events_after: int | None = None,
 ) -> AsyncIterator[Engine]:
     """Start the engine's worker threads and its event collector for the block's duration.
 
@@ -213,12 +216,20 @@ async def open_engine(
         workers: native worker threads to start with (default: one per core).
         max_workers: the most the pool grows to when every worker is held by a cell that
             computes for long and other cells wait (QuickJS cannot preempt a turn).
+        fault_events_after: fault injection for tests: after this many events, publishing an
+            event fails as it would without memory (the cell then finishes with an error
+            instead of hanging). None: never.
 
     Resource handling: on exit, every cell still running is interrupted and the worker
     threads are joined (shielded: a cancelled block still waits for the threads).
     """
     workers = workers or default_workers()
-    native = _quickjs.Engine(workers, _PRELUDE, max(max_workers, workers))
+    native = _quickjs.Engine(
+        workers,
+        _PRELUDE,
+        max(max_workers, workers),
+        -1 if fault_events_after is None else fault_events_after,
+    )
     engine = Engine(native)
     try:
         async with open_service_nursery() as nursery:

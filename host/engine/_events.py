@@ -148,5 +148,8 @@ def decode_event(
             return TimerCleared(n1)
         case _quickjs.EV_FINISHED:
             assert a is None or isinstance(a, str)
-            return Finished(Outcome(n1), a)
+            outcome = Outcome(n1)
+            if outcome is Outcome.ERROR and a is None:
+                a = "InternalError: out of memory"  # the error text itself could not be made
+            return Finished(outcome, a)
     raise ValueError(f"unknown engine event kind {kind}")

@@ -92,6 +92,13 @@ typedef struct event {
     size_t blen;
 } event_t;
 
+/* A cell's finish event is allocated with the cell, so reporting the end of a cell can never
+   fail for lack of memory (a cell task would otherwise wait for it forever). */
+typedef struct finish_node {
+    struct finish_node *next;
+    event_t ev;
+} finish_node_t;
+
 typedef struct engine engine_t;
 
 typedef struct cell {
@@ -99,6 +106,10 @@ typedef struct cell {
     engine_t *engine;
     int64_t key;
     atomic_int interrupt;
+    /* Set when one of the cell's events could not be published: the cell is stopped and
+       finishes with LOST_EVENT_TEXT instead of running on with its output or calls missing. */
+    atomic_int faulted;
+    finish_node_t *finish_node;
 
     /* Guarded by engine->lock. */
     command_t *cmd_head, *cmd_tail;
@@ -143,6 +154,9 @@ struct engine {
     pthread_mutex_t ev_lock;
     event_t *events;
     size_t nevents, cap_events;
+    finish_node_t *finished_head, *finished_tail;
+    /* Fault injection for tests: publishing fails after this many more events (-1: never). */
+    int64_t fault_events_after;
 
     /* prelude.js compiled once per engine; each cell reads the bytecode instead of parsing. */
     uint8_t *prelude;
@@ -171,27 +185,8 @@ static void free_event(event_t *ev)
     free(ev->b);
 }
 
-/* Appends an event and wakes the collector unless a wake-up is already pending. Takes
-   ownership of a and b. */
-static void push_event(engine_t *e, int64_t key, int kind, int64_t n1, int64_t n2, char *a,
-                       size_t alen, char *b, size_t blen)
+static void wake_collector(engine_t *e)
 {
-    pthread_mutex_lock(&e->ev_lock);
-    if (e->nevents == e->cap_events) {
-        size_t cap = e->cap_events ? e->cap_events * 2 : 64;
-        event_t *grown = realloc(e->events, cap * sizeof(event_t));
-        if (!grown) {
-            /* Out of process memory: losing this event is all we can do. */
-            pthread_mutex_unlock(&e->ev_lock);
-            free(a);
-            free(b);
-            return;
-        }
-        e->events = grown;
-        e->cap_events = cap;
-    }
-    e->events[e->nevents++] = (event_t){key, kind, n1, n2, a, alen, b, blen};
-    pthread_mutex_unlock(&e->ev_lock);
     if (!atomic_exchange(&e->signalled, 1)) {
         uint64_t one = 1;
         ssize_t r;
@@ -199,6 +194,46 @@ static void push_event(engine_t *e, int64_t key, int kind, int64_t n1, int64_t n
             r = write(e->efd, &one, sizeof(one));
         } while (r < 0 && errno == EINTR);
     }
+}
+
+/* Appends an event and wakes the collector unless a wake-up is already pending. Takes
+   ownership of a and b. Returns false, the event dropped, when there is no memory for it. */
+static bool push_event(engine_t *e, int64_t key, int kind, int64_t n1, int64_t n2, char *a,
+                       size_t alen, char *b, size_t blen)
+{
+    pthread_mutex_lock(&e->ev_lock);
+    bool injected = false;
+    if (e->fault_events_after >= 0) {
+        injected = e->fault_events_after == 0;
+        if (!injected)
+            e->fault_events_after--;
+    }
+    if (injected || e->nevents == e->cap_events) {
+        size_t cap = e->cap_events ? e->cap_events * 2 : 64;
+        event_t *grown = injected ? NULL : realloc(e->events, cap * sizeof(event_t));
+        if (!grown) {
+            pthread_mutex_unlock(&e->ev_lock);
+            free(a);
+            free(b);
+            return false;
+        }
+        e->events = grown;
+        e->cap_events = cap;
+    }
+    e->events[e->nevents++] = (event_t){key, kind, n1, n2, a, alen, b, blen};
+    pthread_mutex_unlock(&e->ev_lock);
+    wake_collector(e);
+    return true;
+}
+
+#define LOST_EVENT_TEXT "InternalError: the code-mode host ran out of memory for this cell's events"
+
+/* Publishes an event of a running cell; a cell whose event is lost is stopped (faulted). */
+static void publish(cell_t *c, int kind, int64_t n1, int64_t n2, char *a, size_t alen, char *b,
+                    size_t blen)
+{
+    if (!push_event(c->engine, c->key, kind, n1, n2, a, alen, b, blen))
+        atomic_store(&c->faulted, 1);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -384,7 +419,8 @@ static int interrupt_handler(JSRuntime *rt, void *opaque)
 {
     cell_t *c = opaque;
     (void)rt;
-    return atomic_load_explicit(&c->interrupt, memory_order_relaxed);
+    return atomic_load_explicit(&c->interrupt, memory_order_relaxed) ||
+           atomic_load_explicit(&c->faulted, memory_order_relaxed);
 }
 
 static char *refuse_import(JSContext *ctx, const char *base, const char *name, void *opaque)
@@ -430,7 +466,6 @@ static JSValue native_hook(JSContext *ctx, JSValueConst this_val, int argc, JSVa
 {
     (void)this_val;
     cell_t *c = JS_GetRuntimeOpaque(JS_GetRuntime(ctx));
-    engine_t *e = c->engine;
     JSValueConst arg0 = argc > 0 ? argv[0] : JS_UNDEFINED;
     JSValueConst arg1 = argc > 1 ? argv[1] : JS_UNDEFINED;
     JSValueConst arg2 = argc > 2 ? argv[2] : JS_UNDEFINED;
@@ -443,7 +478,7 @@ static JSValue native_hook(JSContext *ctx, JSValueConst this_val, int argc, JSVa
     case HOOK_NOTIFY:
         if (!(a = to_utf8(ctx, arg0, &alen)))
             return JS_EXCEPTION;
-        push_event(e, c->key, magic == HOOK_TEXT ? EV_TEXT : EV_NOTIFY, 0, 0, a, alen, NULL, 0);
+        publish(c, magic == HOOK_TEXT ? EV_TEXT : EV_NOTIFY, 0, 0, a, alen, NULL, 0);
         break;
     case HOOK_IMAGE:
         if (!(a = to_utf8(ctx, arg0, &alen)))
@@ -452,14 +487,14 @@ static JSValue native_hook(JSContext *ctx, JSValueConst this_val, int argc, JSVa
             free(a);
             return JS_EXCEPTION;
         }
-        push_event(e, c->key, EV_IMAGE, 0, 0, a, alen, b, blen);
+        publish(c, EV_IMAGE, 0, 0, a, alen, b, blen);
         break;
     case HOOK_TOOL_CALL:
         if (JS_ToInt64(ctx, &n1, arg0) || JS_ToInt64(ctx, &n2, arg1))
             return JS_EXCEPTION;
         if (!JS_IsUndefined(arg2) && !(a = to_json_utf8(ctx, arg2, &alen)))
             return JS_EXCEPTION;
-        push_event(e, c->key, EV_TOOL_CALL, n1, n2, a, alen, NULL, 0);
+        publish(c, EV_TOOL_CALL, n1, n2, a, alen, NULL, 0);
         break;
     case HOOK_STORE:
         if (!(a = to_utf8(ctx, arg0, &alen)))
@@ -468,20 +503,20 @@ static JSValue native_hook(JSContext *ctx, JSValueConst this_val, int argc, JSVa
             free(a);
             return JS_EXCEPTION;
         }
-        push_event(e, c->key, EV_STORE, 0, 0, a, alen, b, blen);
+        publish(c, EV_STORE, 0, 0, a, alen, b, blen);
         break;
     case HOOK_YIELD:
-        push_event(e, c->key, EV_YIELD, 0, 0, NULL, 0, NULL, 0);
+        publish(c, EV_YIELD, 0, 0, NULL, 0, NULL, 0);
         break;
     case HOOK_TIMER_SET:
         if (JS_ToInt64(ctx, &n1, arg0) || JS_ToInt64(ctx, &n2, arg1))
             return JS_EXCEPTION;
-        push_event(e, c->key, EV_TIMER_SET, n1, n2, NULL, 0, NULL, 0);
+        publish(c, EV_TIMER_SET, n1, n2, NULL, 0, NULL, 0);
         break;
     case HOOK_TIMER_CLEAR:
         if (JS_ToInt64(ctx, &n1, arg0))
             return JS_EXCEPTION;
-        push_event(e, c->key, EV_TIMER_CLEAR, n1, 0, NULL, 0, NULL, 0);
+        publish(c, EV_TIMER_CLEAR, n1, 0, NULL, 0, NULL, 0);
         break;
     case HOOK_EXIT:
         c->exit_requested = true;
@@ -556,8 +591,40 @@ static char *error_text(JSContext *ctx, JSValueConst value, size_t *len)
 
 static void finish(cell_t *c, int outcome, char *text, size_t len)
 {
+    engine_t *e = c->engine;
+    finish_node_t *node = c->finish_node;
     c->finished = true;
-    push_event(c->engine, c->key, EV_FINISHED, outcome, 0, text, len, NULL, 0);
+    c->finish_node = NULL;
+    if (!node) { /* never: a cell finishes once */
+        free(text);
+        return;
+    }
+    node->next = NULL;
+    node->ev = (event_t){c->key, EV_FINISHED, outcome, 0, text, len, NULL, 0};
+    pthread_mutex_lock(&e->ev_lock);
+    if (e->finished_tail)
+        e->finished_tail->next = node;
+    else
+        e->finished_head = node;
+    e->finished_tail = node;
+    pthread_mutex_unlock(&e->ev_lock);
+    wake_collector(e);
+}
+
+/* Ends a cell that was asked to stop: interrupted (terminate, close), or faulted. True if it
+   was. */
+static bool finish_if_stopped(cell_t *c)
+{
+    if (atomic_load(&c->interrupt)) {
+        finish(c, OUTCOME_INTERRUPTED, NULL, 0);
+        return true;
+    }
+    if (atomic_load(&c->faulted)) {
+        finish(c, OUTCOME_ERROR, dup_bytes(LOST_EVENT_TEXT, strlen(LOST_EVENT_TEXT)),
+               strlen(LOST_EVENT_TEXT));
+        return true;
+    }
+    return false;
 }
 
 /* Reports the exception pending in the cell's context as the end of the cell. */
@@ -565,9 +632,8 @@ static void finish_with_exception(cell_t *c)
 {
     JSValue exc = JS_GetException(c->ctx);
     /* Once asked to stop, the cell is interrupted, whatever the last exception was. */
-    if (atomic_load(&c->interrupt)) {
+    if (finish_if_stopped(c)) {
         JS_FreeValue(c->ctx, exc);
-        finish(c, OUTCOME_INTERRUPTED, NULL, 0);
         return;
     }
     /* The limit made the cell fail; lift it so the error text can be built. */
@@ -602,10 +668,8 @@ static void settle(cell_t *c)
             return;
         }
     }
-    if (atomic_load(&c->interrupt)) {
-        finish(c, OUTCOME_INTERRUPTED, NULL, 0);
+    if (finish_if_stopped(c))
         return;
-    }
     JSPromiseStateEnum state = JS_PromiseState(c->ctx, c->module_promise);
     if (state == JS_PROMISE_FULFILLED) {
         finish(c, OUTCOME_OK, NULL, 0);
@@ -771,7 +835,7 @@ static void start_cell(cell_t *c, command_t *cmd)
     clock_gettime(CLOCK_MONOTONIC, &end);
     int64_t setup_ns = (int64_t)(end.tv_sec - begin.tv_sec) * 1000000000 +
                        (end.tv_nsec - begin.tv_nsec);
-    push_event(e, c->key, EV_STARTED, setup_ns, 0, NULL, 0, NULL, 0);
+    publish(c, EV_STARTED, setup_ns, 0, NULL, 0, NULL, 0);
 
     JSValue promise = evaluate_cell(c->ctx, cmd->data, cmd->len);
     if (JS_IsException(promise)) {
@@ -823,10 +887,8 @@ static void run_turn(cell_t *c, command_t *cmds)
         }
         if (c->finished)
             continue;
-        if (atomic_load(&c->interrupt)) {
-            finish(c, OUTCOME_INTERRUPTED, NULL, 0);
+        if (finish_if_stopped(c))
             continue;
-        }
         switch (cmd->kind) {
         case CMD_START:
             start_cell(c, cmd);
@@ -852,6 +914,7 @@ static void cell_release(cell_t *c)
         return;
     free_js(c);
     free_commands(c->cmd_head);
+    free(c->finish_node);
     free(c);
 }
 
@@ -1083,14 +1146,15 @@ static uint8_t *compile_prelude(const char *source, size_t len, size_t *out_len)
     return copy;
 }
 
-/* Engine(workers, prelude, max_workers) */
+/* Engine(workers, prelude, max_workers, fault_events_after=-1) */
 static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"workers", "prelude", "max_workers", NULL};
+    static char *kwlist[] = {"workers", "prelude", "max_workers", "fault_events_after", NULL};
     int workers, max_workers;
+    long long fault_events_after = -1;
     Py_buffer prelude;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iy*i", kwlist, &workers, &prelude,
-                                     &max_workers))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iy*i|L", kwlist, &workers, &prelude,
+                                     &max_workers, &fault_events_after))
         return -1;
     if (self->engine) {
         PyBuffer_Release(&prelude);
@@ -1111,6 +1175,7 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     e->efd = -1;
+    e->fault_events_after = fault_events_after < 0 ? -1 : fault_events_after;
     e->prelude = compile_prelude(prelude.buf, (size_t)prelude.len, &e->prelude_len);
     PyBuffer_Release(&prelude);
     if (!e->prelude) {
@@ -1208,6 +1273,12 @@ static void Engine_dealloc(EngineObject *self)
         for (size_t i = 0; i < e->nevents; i++)
             free_event(&e->events[i]);
         free(e->events);
+        while (e->finished_head) {
+            finish_node_t *next = e->finished_head->next;
+            free_event(&e->finished_head->ev);
+            free(e->finished_head);
+            e->finished_head = next;
+        }
         if (e->efd >= 0)
             close(e->efd);
         pthread_mutex_destroy(&e->lock);
@@ -1279,9 +1350,15 @@ static PyObject *Engine_drain(EngineObject *self, PyObject *Py_UNUSED(ignored))
     size_t n = e->nevents;
     e->events = NULL;
     e->nevents = e->cap_events = 0;
+    finish_node_t *finished = e->finished_head;
+    e->finished_head = e->finished_tail = NULL;
     pthread_mutex_unlock(&e->ev_lock);
 
-    PyObject *list = PyList_New((Py_ssize_t)n);
+    /* A cell's other events were published before its finish: they come first. */
+    size_t m = 0;
+    for (finish_node_t *node = finished; node; node = node->next)
+        m++;
+    PyObject *list = PyList_New((Py_ssize_t)(n + m));
     for (size_t i = 0; i < n; i++) {
         if (list) {
             PyObject *item = event_tuple(&events[i]);
@@ -1293,6 +1370,19 @@ static PyObject *Engine_drain(EngineObject *self, PyObject *Py_UNUSED(ignored))
         free_event(&events[i]);
     }
     free(events);
+    for (size_t i = n; finished; i++) {
+        finish_node_t *next = finished->next;
+        if (list) {
+            PyObject *item = event_tuple(&finished->ev);
+            if (!item)
+                Py_CLEAR(list);
+            else
+                PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+        }
+        free_event(&finished->ev);
+        free(finished);
+        finished = next;
+    }
     return list;
 }
 
@@ -1335,7 +1425,9 @@ static PyObject *Engine_start_cell(EngineObject *self, PyObject *args, PyObject 
         goto done;
     cmd = new_command(CMD_START);
     c = calloc(1, sizeof(cell_t));
-    if (!cmd || !c) {
+    if (c)
+        c->finish_node = calloc(1, sizeof(finish_node_t));
+    if (!cmd || !c || !c->finish_node) {
         PyErr_NoMemory();
         goto done;
     }
@@ -1349,6 +1441,7 @@ static PyObject *Engine_start_cell(EngineObject *self, PyObject *args, PyObject 
     }
     atomic_init(&c->refs, 1);
     atomic_init(&c->interrupt, 0);
+    atomic_init(&c->faulted, 0);
     c->engine = e;
     c->key = key;
     c->heap_limit = (size_t)heap_limit;
@@ -1384,6 +1477,8 @@ static PyObject *Engine_start_cell(EngineObject *self, PyObject *args, PyObject 
 done:
     if (cmd)
         free_command(cmd);
+    if (c)
+        free(c->finish_node);
     free(c);
     PyBuffer_Release(&source);
     PyBuffer_Release(&config);
