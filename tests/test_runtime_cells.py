@@ -51,8 +51,9 @@ async def test_yield_timer_preempts_buffered_runtime_output(
     )
 
 
-# In-process only: with a host, the host-side initial observation usually takes the completion
-# (and the cell closes) before a terminate from the client arrives.
+# In-process only (documented in docs/python-api.md, "In-process and process providers"): with
+# a host, the initial observation starts on the host at once, so the completion of a short cell
+# usually wins the race against a terminate sent right after execute.
 @pytest.mark.parametrize("provider", ["in-process"], indirect=True)
 async def test_queued_termination_preempts_unobserved_runtime_completion(
     session: Session, delegate: RecordingDelegate
@@ -104,9 +105,6 @@ async def test_dropped_yield_observer_preserves_output_for_the_next_observation(
     assert texts(outcome) == ["first"]
 
 
-# In-process only: with a host, the host-side initial observation usually takes the completion
-# (and the cell closes) before a terminate from the client arrives.
-@pytest.mark.parametrize("provider", ["in-process"], indirect=True)
 async def test_only_the_first_termination_claims_a_buffered_completion(
     session: Session, delegate: RecordingDelegate
 ) -> None:

@@ -112,7 +112,7 @@ class HostLink:
         self._initials: dict[int, OneShot[InitialResult | HostLostError]] = {}
         self._executes: dict[int, _Execute] = {}
         self._cells: dict[tuple[str, str], ClientCell] = {}
-        self._closing_cells: set[ClientCell] = set()
+        self._closing_cells: dict[tuple[str, str], ClientCell] = {}
         self._calls: dict[int, trio.CancelScope] = {}
         self._stdout_done = trio.Event()
         self._ended = trio.Event()
@@ -228,7 +228,7 @@ class HostLink:
 
     async def _wait_closing_cells(self) -> None:
         while self._closing_cells:
-            await next(iter(self._closing_cells)).closed.wait()
+            await next(iter(self._closing_cells.values())).closed.wait()
 
     # ---- the wire --------------------------------------------------------------------------
 
@@ -394,8 +394,26 @@ class HostLink:
 
     def cells_of(self, session_id: str) -> list[ClientCell]:
         """The session's cells that are live or closing (their `cell_closed` still to come)."""
-        cells = [*self._cells.values(), *self._closing_cells]
+        cells = [*self._cells.values(), *self._closing_cells.values()]
         return [cell for cell in cells if cell.session_id == session_id]
+
+    async def settle(self, session_id: str, cell_id: str, *, closed: bool) -> None:
+        """Wait until the cell's reverse calls returned (or, with `closed`, until its
+        `cell_closed` ran), for at most the cleanup grace after they were cancelled.
+
+        The host cancels a cell's calls before it answers with the cell's end; this makes
+        that answer reach its caller after the application's delegate saw the cancellation,
+        as in-process (DESIGN section 4). Shielded: the answer is already taken.
+        """
+        key = (session_id, cell_id)
+        cell = self._cells.get(key) or self._closing_cells.get(key)
+        if cell is None:
+            return
+        with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT + CLEANUP_GRACE):
+            if closed:
+                await cell.closed.wait()
+            else:
+                await cell.calls.wait_idle()
 
     # ---- cells and reverse calls -----------------------------------------------------------
 
@@ -412,11 +430,11 @@ class HostLink:
         if cell is None:
             return
         cell.calls.cancel("the cell closed")
-        self._closing_cells.add(cell)
+        self._closing_cells[key] = cell
         assert self._nursery is not None
-        self._nursery.start_soon(self._finish_cell, cell)
+        self._nursery.start_soon(self._finish_cell, key, cell)
 
-    async def _finish_cell(self, cell: ClientCell) -> None:
+    async def _finish_cell(self, key: tuple[str, str], cell: ClientCell) -> None:
         with trio.move_on_after(CLEANUP_GRACE):
             await cell.calls.wait_idle()
         try:
@@ -424,7 +442,7 @@ class HostLink:
         except Exception:
             logger.exception("cell_closed(%r) raised", cell.public_id)
         finally:
-            self._closing_cells.discard(cell)
+            del self._closing_cells[key]
             cell.closed.set()
 
     def _start_call(self, event: DelegateRequested) -> None:

@@ -26,14 +26,19 @@ import trio
 
 from .._api import (
     CellLimits,
+    Completed,
     ExecuteRequest,
+    LiveCell,
     RuntimeResponse,
     SessionDelegate,
     StartedCell,
+    Terminated,
     WaitOutcome,
     WaitRequest,
+    Yielded,
 )
 from ..errors import (
+    AlreadyTerminatingError,
     CodeModeError,
     FrameLimitError,
     HostLostError,
@@ -114,6 +119,7 @@ class ProcessSession:
         self._generation = 0
         self._shutdown_done: trio.Event | None = None
         self._bind_lock = trio.Lock()
+        self._terminating: set[str] = set()
 
     @property
     def is_alive(self) -> bool:
@@ -189,27 +195,52 @@ class ProcessSession:
                 f"the initial response of exec cell {cell_id} was already taken or released"
             ) from None
         response = _unwrap(result, cell_id)
-        return binding.response(response)  # type: ignore[arg-type]
+        assert isinstance(response, Yielded | Completed | Terminated)
+        await self._settle(binding, response)
+        return binding.response(response)
+
+    async def _settle(self, binding: _Binding, response: RuntimeResponse) -> None:
+        """A cell's end reaches the caller after its delegate calls were cleaned up."""
+        if not isinstance(response, Yielded):
+            await binding.link.settle(binding.session_id, response.cell_id, closed=False)
 
     async def wait(self, request: WaitRequest) -> WaitOutcome:
         """Observe a cell. Output a cancelled observation took is kept for the next one."""
         binding = await self._bind()
         wire_id = binding.wire_id(request.cell_id)
         result = await binding.link.wait(binding.session_id, wire_id, request.yield_time_ms)
-        return binding.outcome(result, request.cell_id)
+        outcome = binding.outcome(result, request.cell_id)
+        if isinstance(outcome, LiveCell):
+            await self._settle(binding, msgspec.structs.replace(outcome.response, cell_id=wire_id))
+        return outcome
 
     async def terminate(self, cell_id: str) -> WaitOutcome:
-        """Stop a cell in the host; returns its undelivered output or buffered completion."""
+        """Stop a cell in the host; returns its undelivered output or buffered completion.
+
+        Returns once the cell's delegate calls returned and its `cell_closed` ran (each
+        bounded by the cleanup grace), as in-process. A second terminate meanwhile raises
+        `AlreadyTerminatingError`.
+        """
         binding = await self._bind()
         wire_id = binding.wire_id(cell_id)
-        with trio.CancelScope(shield=True) as bounded:
-            bounded.deadline = trio.current_time() + UNCANCELLABLE_TIMEOUT
-            result = await binding.link.terminate(binding.session_id, wire_id)
+        if cell_id in self._terminating:
+            raise AlreadyTerminatingError(cell_id)
+        self._terminating.add(cell_id)
+        try:
+            with trio.CancelScope(shield=True) as bounded:
+                bounded.deadline = trio.current_time() + UNCANCELLABLE_TIMEOUT
+                result = await binding.link.terminate(binding.session_id, wire_id)
+                outcome = binding.outcome(result, cell_id)
+                if isinstance(outcome, LiveCell):
+                    ended = isinstance(outcome.response, Terminated)
+                    await binding.link.settle(binding.session_id, wire_id, closed=ended)
+        finally:
+            self._terminating.discard(cell_id)
         if bounded.cancelled_caught:
             binding.link.abort("code-mode host timed out waiting for terminate response")
             assert binding.link.failure is not None
             raise binding.link.failure
-        return binding.outcome(result, cell_id)
+        return outcome
 
     async def shutdown(self) -> None:
         """Reject new operations, shut the host session down, return after every
