@@ -23,12 +23,14 @@ from ._errors import RemoteProtocolError as RemoteProtocolError
 from ._events import Answered as Answered
 from ._events import CancelRequested as CancelRequested
 from ._events import CellEnded as CellEnded
+from ._events import ClientStatistics as ClientStatistics
 from ._events import ConnectionEnded as ConnectionEnded
 from ._events import DelegateAnswered as DelegateAnswered
 from ._events import DelegateCancelled as DelegateCancelled
 from ._events import DelegateRequested as DelegateRequested
 from ._events import HandshakeCompleted as HandshakeCompleted
 from ._events import HandshakeRejected as HandshakeRejected
+from ._events import HostStatistics as HostStatistics
 from ._events import InitialAnswered as InitialAnswered
 from ._events import RequestReceived as RequestReceived
 from ._host import HostConnection as HostConnection

@@ -21,7 +21,15 @@ import enum
 
 import msgspec
 
-from .._api import Completed, ContentItem, LiveCell, RuntimeResponse, Terminated, WaitOutcome
+from .._api import (
+    Completed,
+    ContentItem,
+    LiveCell,
+    RuntimeResponse,
+    Terminated,
+    WaitOutcome,
+    Yielded,
+)
 from .._statetable import StateTable
 from ._errors import LocalProtocolError
 from ._messages import Err
@@ -73,7 +81,16 @@ class Observation:
     a wait. `view` is None for a wait on a cell this connection never saw (the host answers
     it, typically with a missing cell)."""
 
-    __slots__ = ("answered", "cell_id", "initial", "request_id", "session_id", "view", "window_ms")
+    __slots__ = (
+        "answered",
+        "cell_id",
+        "initial",
+        "request_id",
+        "retired",
+        "session_id",
+        "view",
+        "window_ms",
+    )
 
     def __init__(
         self,
@@ -92,6 +109,7 @@ class Observation:
         self.initial = initial
         self.window_ms = window_ms
         self.answered = False
+        self.retired = False  # only for a wait without a view (see `ClientConnection.cancel`)
 
 
 class CellView:
@@ -165,9 +183,27 @@ class CellView:
         if self.parked_final is not None:
             final, self.parked_final = self.parked_final, None
             return LiveCell(response=final)
-        if not self.parked_items:
-            return outcome
         items, self.parked_items = self.parked_items, []
+        return self._prepended(outcome, items)
+
+    def terminated(self, outcome: ObservationResult) -> ObservationResult:
+        """A terminate's answer: as `merged`, and it also carries what an initial response
+        still held for the `StartedCell` holds (the cell ends: a terminate hands over all its
+        output, as in-process, where the held observation and the terminator share it)."""
+        result = self.merged(outcome)
+        held = self.held_answer
+        if (
+            self.phase is Phase.HELD
+            and isinstance(held, LiveCell)
+            and isinstance(held.response, Yielded)
+            and not isinstance(result, Err)
+        ):
+            result = self._prepended(result, held.response.content_items)
+        return result
+
+    def _prepended(self, outcome: WaitOutcome, items: list[ContentItem]) -> WaitOutcome:
+        if not items:
+            return outcome
         response: RuntimeResponse = outcome.response
         if isinstance(outcome, LiveCell):
             merged = msgspec.structs.replace(

@@ -33,6 +33,7 @@ from ._errors import LocalProtocolError, RemoteProtocolError
 from ._events import (
     Answered,
     CellEnded,
+    ClientStatistics,
     ConnectionEnded,
     DelegateCancelled,
     DelegateRequested,
@@ -188,6 +189,16 @@ class ClientConnection:
             self._receive(message)
         return self._events.popleft()
 
+    def statistics(self) -> ClientStatistics:
+        """Counts of what the connection holds (for leak checks and capacity)."""
+        return ClientStatistics(
+            requests=len(self._pending),
+            observations=len(self._observations),
+            cells=len(self._cells),
+            calls=len(self._calls),
+            sessions=len(self._sessions),
+        )
+
     @property
     def is_open(self) -> bool:
         """True from construction until the connection ended, failed or was rejected."""
@@ -319,8 +330,16 @@ class ClientConnection:
                 self._queue(OperationCancel(id=request_id))
             return
         observation = self._observations.get(request_id)
-        view = observation.view if observation is not None else None
-        if observation is None or view is None or view.observer is not observation:
+        if observation is None:
+            return
+        view = observation.view
+        if view is None:
+            # A wait on a cell this connection does not know: nothing can be parked for it,
+            # its answer is dropped.
+            observation.retired = True
+            self._queue(OperationCancel(id=request_id))
+            return
+        if view.observer is not observation:
             return
         if view.phase is Phase.DEFERRED:
             # Never sent: drop it, the retired observation before it stays.
@@ -459,7 +478,7 @@ class ClientConnection:
         if isinstance(result, Ok):
             outcome: ObservationResult = _checked_outcome(result.value, pending.cell_id)
             if view is not None:
-                outcome = view.merged(outcome)
+                outcome = view.terminated(outcome)
             result = _completed(outcome)
         if view is not None:
             self._forget_if_done(view)
@@ -499,7 +518,8 @@ class ClientConnection:
     def _on_observation(self, observation: Observation, result: ObservationResult) -> None:
         view = observation.view
         if view is None:
-            self._emit(observation, result)
+            if not observation.retired:
+                self._emit(observation, result)
         elif view.retired is observation:
             self._retired_answer(view, result)
         elif view.phase is Phase.HELD:

@@ -108,3 +108,38 @@ class DelegateAnswered(_Event, frozen=True):
 
 class ConnectionEnded(_Event, frozen=True):
     """The peer closed its side at a frame boundary."""
+
+
+class ClientStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """What a client connection holds (STYLE 11): each count falls back to 0 when nothing
+    is in flight, whatever ran before.
+
+    Parameters:
+        requests: operations awaiting their answer (observations excluded).
+        observations: initial responses and waits not yet answered, retired ones included.
+        cells: cells the connection keeps a view of (live, or with parked output).
+        calls: reverse calls received and not yet answered or cancelled.
+        sessions: sessions open or opening.
+    """
+
+    requests: int
+    observations: int
+    cells: int
+    calls: int
+    sessions: int
+
+
+class HostStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """What a host connection holds (STYLE 11).
+
+    Parameters:
+        requests: active requests (an execute until its initial response).
+        sessions: sessions open, opening or closing.
+        routes: cells whose `cell/closed` is not sent yet.
+        calls: reverse calls sent and not yet answered or cancelled.
+    """
+
+    requests: int
+    sessions: int
+    routes: int
+    calls: int

@@ -37,6 +37,7 @@ from ._events import (
     DelegateAnswered,
     HandshakeCompleted,
     HandshakeRejected,
+    HostStatistics,
     RequestReceived,
 )
 from ._messages import (
@@ -165,10 +166,14 @@ class HostConnection:
             self._receive(message)
         return self._events.popleft()
 
-    @property
-    def pending_calls(self) -> int:
-        """Reverse calls sent and not yet answered or cancelled."""
-        return len(self._calls)
+    def statistics(self) -> HostStatistics:
+        """Counts of what the connection holds (for leak checks and admission)."""
+        return HostStatistics(
+            requests=len(self._active),
+            sessions=len(self._sessions),
+            routes=len(self._routes),
+            calls=len(self._calls),
+        )
 
     # ---- answers ---------------------------------------------------------------------------
 
