@@ -31,16 +31,23 @@ from ._api import WaitRequest as WaitRequest
 from ._api import Yielded as Yielded
 from ._api import missing_cell as missing_cell
 from ._identifiers import normalize_identifier as normalize_identifier
+from .errors import AdmissionError as AdmissionError
 from .errors import AlreadyTerminatingError as AlreadyTerminatingError
 from .errors import CodeModeError as CodeModeError
+from .errors import FrameLimitError as FrameLimitError
+from .errors import HostLostError as HostLostError
+from .errors import InvalidRequestError as InvalidRequestError
 from .errors import ObserverBusyError as ObserverBusyError
+from .errors import ProviderClosedError as ProviderClosedError
 from .errors import RuntimeEndedError as RuntimeEndedError
 from .errors import SessionShuttingDownError as SessionShuttingDownError
+from .errors import StaleGenerationError as StaleGenerationError
 from .errors import ToolError as ToolError
 from .protocol import MAX_FRAME_BYTES as MAX_FRAME_BYTES
 
 __all__ = [
     "MAX_FRAME_BYTES",
+    "AdmissionError",
     "AlreadyTerminatingError",
     "CellId",
     "CellLimits",
@@ -48,19 +55,24 @@ __all__ = [
     "Completed",
     "ContentItem",
     "ExecuteRequest",
+    "FrameLimitError",
+    "HostLostError",
     "ImageDetail",
     "InputImage",
     "InputText",
+    "InvalidRequestError",
     "JsonValue",
     "LiveCell",
     "MissingCell",
     "NestedToolCall",
     "ObserverBusyError",
+    "ProviderClosedError",
     "RuntimeEndedError",
     "RuntimeResponse",
     "Session",
     "SessionDelegate",
     "SessionShuttingDownError",
+    "StaleGenerationError",
     "StartedCell",
     "Terminated",
     "ToolDefinition",

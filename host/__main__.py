@@ -24,15 +24,24 @@ from codemode_host.server import serve_connection
 _PIPE_SIZE = 1 << 20
 
 
+PARENT_VARIABLE = "CODEMODE_HOST_PARENT"
+"""The pid of the client process, set by the process provider: the host watches that process
+(also when a wrapper script forked it), and knows it even if the client died before the host
+started."""
+
+
 def _watch_parent() -> int | None:
-    """A pidfd of the parent process (None where pidfds do not exist); exits at once if the
-    parent is already gone."""
-    parent = os.getppid()
+    """A pidfd of the client process (None where pidfds do not exist); exits at once if the
+    client is already gone."""
+    named = os.environ.pop(PARENT_VARIABLE, "")
+    parent = int(named) if named.isdigit() else os.getppid()
     try:
         pidfd = os.pidfd_open(parent)
+    except ProcessLookupError:
+        os._exit(0)  # the client died before the host started
     except (AttributeError, OSError):  # pragma: no cover - not Linux 5.3+
         return None
-    if os.getppid() != parent:  # the parent died before the pidfd was opened
+    if not named and os.getppid() != parent:  # the parent died before the pidfd was opened
         os._exit(0)
     return pidfd
 

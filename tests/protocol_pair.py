@@ -7,7 +7,7 @@ and collects the events each side produced. Every frame that crosses is also dec
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from codemode.protocol import (
     LIMITS_CAPABILITY,
@@ -61,9 +61,10 @@ class Pair:
         self.host_events += events
         return events
 
-    def to_client(self) -> list[ClientEvent]:
+    def to_client(self, on_event: Callable[[ClientEvent], None] | None = None) -> list[ClientEvent]:
         """Deliver what the host queued; the client's new events (also those it made
-        locally since the last call)."""
+        locally since the last call). `on_event` sees each event before the next frame is
+        read, as the trio adapter dispatches them."""
         data = self.host.data_to_send()
         self._to_client.receive_data(data)
         while (frame := self._to_client.next_message()) is not NEED_DATA:
@@ -74,6 +75,8 @@ class Pair:
                 self.client.receive_data(piece)
             while (event := self.client.next_event()) is not NEED_DATA:
                 events.append(event)
+                if on_event is not None:
+                    on_event(event)
         self.client_events += events
         return events
 

@@ -376,6 +376,14 @@ def test_abandoned_execute_is_tracked_and_terminated_after_admission() -> None:
     terminate = pair.client_frames[-1]
     assert isinstance(terminate, OperationRequest)
     assert terminate.request == Terminate(session_id="s", cell_id="1")
+    # The host ends the cell; the connection takes every answer without the caller.
+    pair.host.respond_initial(rid, Err(kind=ErrorKind.CANCELLED, message="cancelled"))
+    ended = Terminated(cell_id="1", content_items=[])
+    pair.host.respond(terminate.id, waited(LiveCell(response=ended)))
+    pair.host.cell_closed("s", "1")
+    assert pair.to_client() == [CellEnded(session_id="s", cell_id="1")]
+    assert pair.client.statistics().cells == 0
+    assert pair.client.statistics().requests == 0
 
 
 def test_delivered_but_unclaimed_execute_is_terminated_when_the_caller_is_cancelled() -> None:

@@ -1,7 +1,13 @@
-"""A value delivered once and awaited: the answer to something sent across the wire.
+"""A value delivered once and awaited by one task: the answer to something sent across the wire.
 
 Shared by the host (answers to its reverse calls) and the client (operation responses and
 initial responses).
+
+Rule: a value is either taken by its waiter or refused. `set` returns False when the waiter was
+cancelled before the value arrived (trio delivered the cancellation first, so `get` raises
+`Cancelled` and can never return it); the one who set it then still holds the value and must
+not drop it (the client's connection parks a refused observation for the cell's next observer).
+Once `set` succeeded, `get` returns the value even if its task is cancelled meanwhile.
 """
 
 from __future__ import annotations
@@ -13,34 +19,59 @@ import trio
 T = TypeVar("T")
 
 
-class OneShot(Generic[T]):
-    """Holds the first value `set` delivers; tasks wait for it."""
+class _Unset:
+    pass
 
-    __slots__ = ("_event", "_value")
+
+_UNSET = _Unset()
+
+
+class OneShot(Generic[T]):
+    """Holds the first value `set` delivers, for the one task that awaits it."""
+
+    __slots__ = ("_task", "_value", "refused")
 
     def __init__(self) -> None:
-        self._event = trio.Event()
-        self._value: T | None = None
+        self._value: T | _Unset = _UNSET
+        self._task: trio.lowlevel.Task | None = None
+        self.refused = False
+        """True once the waiter was cancelled before any value arrived."""
 
     def is_set(self) -> bool:
-        return self._event.is_set()
+        return not isinstance(self._value, _Unset)
 
-    def set(self, value: T) -> None:
-        """Deliver `value`; a later delivery is ignored (the first answer wins)."""
-        if not self._event.is_set():
-            self._value = value
-            self._event.set()
-
-    async def wait(self) -> None:
-        """Wait until a value was delivered."""
-        await self._event.wait()
+    def set(self, value: T) -> bool:
+        """Deliver `value`; False if it was refused (its waiter gone) or one was already set."""
+        if self.refused or self.is_set():
+            return False
+        self._value = value
+        if self._task is not None:
+            trio.lowlevel.reschedule(self._task)
+            self._task = None
+        return True
 
     def value(self) -> T:
         """The delivered value (call only once `is_set()`)."""
-        assert self._event.is_set(), "no value was delivered yet"
-        return self._value  # type: ignore[return-value]
+        assert not isinstance(self._value, _Unset), "no value was delivered yet"
+        return self._value
 
     async def get(self) -> T:
-        """Wait for the value and return it."""
-        await self._event.wait()
+        """Wait for the value and return it.
+
+        Raises:
+            trio.Cancelled: cancelled before a value arrived (the slot then refuses one).
+        """
+        if self.is_set():
+            await trio.lowlevel.cancel_shielded_checkpoint()  # it is ours: no cancel point
+            return self.value()
+        if self.refused or self._task is not None:
+            raise RuntimeError("a OneShot is awaited once, by one task")
+        self._task = trio.lowlevel.current_task()
+
+        def abort(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
+            self._task = None
+            self.refused = True
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
         return self.value()

@@ -108,8 +108,9 @@ class HostLink:
         self._life: trio.CancelScope | None = None
         self._queued = trio.Event()
         self._handshake: OneShot[HandshakeCompleted | HandshakeRejected | None] = OneShot()
-        self._answers: dict[int, OneShot[HostResult | HostLostError]] = {}
-        self._initials: dict[int, OneShot[InitialResult | HostLostError]] = {}
+        # Slots of the callers awaiting answers, with the session each request was for.
+        self._answers: dict[int, tuple[OneShot[HostResult | HostLostError], str]] = {}
+        self._initials: dict[int, tuple[OneShot[InitialResult | HostLostError], str]] = {}
         self._executes: dict[int, _Execute] = {}
         self._cells: dict[tuple[str, str], ClientCell] = {}
         self._closing_cells: dict[tuple[str, str], ClientCell] = {}
@@ -214,7 +215,7 @@ class HostLink:
         self._connection.connection_lost()
         self._handshake.set(None)  # wakes a handshake in progress
         for slots in (self._answers, self._initials):
-            for slot in slots.values():
+            for slot, _ in slots.values():
                 slot.set(failure)
         self._executes.clear()
         for scope in self._calls.values():
@@ -292,13 +293,9 @@ class HostLink:
                 context = self._executes.pop(request_id, None)
                 if context is not None and isinstance(result, Ok):
                     self._admit(context, result.value)
-                slot = self._answers.pop(request_id, None)
-                if slot is not None:
-                    slot.set(result)
+                self._deliver(self._answers.pop(request_id, None), request_id, result)
             case InitialAnswered(request_id=request_id, result=initial):
-                initial_slot = self._initials.pop(request_id, None)
-                if initial_slot is not None:
-                    initial_slot.set(initial)
+                self._deliver(self._initials.pop(request_id, None), request_id, initial)
             case DelegateRequested():
                 self._start_call(event)
             case DelegateCancelled(call_id=call_id):
@@ -312,23 +309,35 @@ class HostLink:
             case ConnectionEnded():
                 pass  # the reader saw EOF: it names the cause once the process exited
 
+    def _deliver(
+        self,
+        waiter: tuple[OneShot[Any], str] | None,
+        request_id: int,
+        result: HostResult | InitialResult,
+    ) -> None:
+        """Hand an answer to its caller; one whose caller was cancelled meanwhile goes back to
+        the connection at once, before any later frame is read (nothing is lost)."""
+        if waiter is None:
+            return
+        slot, session_id = waiter
+        if not slot.set(result):
+            self._connection.undelivered(request_id, session_id, result)
+
     # ---- operations ------------------------------------------------------------------------
 
     def _check(self) -> None:
         if self.failure is not None:
             raise self.failure
 
-    async def _await(self, request_id: int) -> HostResult:
+    async def _await(self, request_id: int, session_id: str) -> HostResult:
         slot: OneShot[HostResult | HostLostError] = OneShot()
-        self._answers[request_id] = slot
+        self._answers[request_id] = (slot, session_id)
         self._pump()
         try:
             answer = await slot.get()
         except BaseException:
             self._answers.pop(request_id, None)
-            if self.alive:
-                self._connection.cancel(request_id)
-                self._pump()
+            self._retire(request_id, slot)
             raise
         if isinstance(answer, HostLostError):
             raise answer
@@ -336,7 +345,7 @@ class HostLink:
 
     async def open_session(self, session_id: str, limits: CellLimits | None) -> HostResult:
         self._check()
-        return await self._await(self._connection.open_session(session_id, limits))
+        return await self._await(self._connection.open_session(session_id, limits), session_id)
 
     async def execute(
         self,
@@ -354,22 +363,27 @@ class HostLink:
         self._check()
         request_id = self._connection.execute(session_id, request)
         self._executes[request_id] = _Execute(session_id, delegate, public_id)
-        return await self._await(request_id), request_id
+        return await self._await(request_id, session_id), request_id
 
-    async def initial_response(self, request_id: int) -> InitialResult:
+    def _retire(self, request_id: int, slot: OneShot[Any]) -> None:
+        """The caller of `request_id` went away before its answer: retire the request (an
+        answer that arrives later is refused by the slot and taken back by `_deliver`)."""
+        if self.alive and not slot.is_set():
+            self._connection.cancel(request_id)
+            self._pump()
+
+    async def initial_response(self, request_id: int, session_id: str) -> InitialResult:
         """Take and await the initial response of execute `request_id` (cancelled: retired)."""
         self._check()
         self._connection.take_initial(request_id)
         slot: OneShot[InitialResult | HostLostError] = OneShot()
-        self._initials[request_id] = slot
+        self._initials[request_id] = (slot, session_id)
         self._pump()
         try:
             answer = await slot.get()
         except BaseException:
             self._initials.pop(request_id, None)
-            if self.alive:
-                self._connection.cancel(request_id)
-                self._pump()
+            self._retire(request_id, slot)
             raise
         if isinstance(answer, HostLostError):
             raise answer
@@ -382,15 +396,17 @@ class HostLink:
 
     async def wait(self, session_id: str, cell_id: str, yield_time_ms: int) -> HostResult:
         self._check()
-        return await self._await(self._connection.wait(session_id, cell_id, yield_time_ms))
+        return await self._await(
+            self._connection.wait(session_id, cell_id, yield_time_ms), session_id
+        )
 
     async def terminate(self, session_id: str, cell_id: str) -> HostResult:
         self._check()
-        return await self._await(self._connection.terminate(session_id, cell_id))
+        return await self._await(self._connection.terminate(session_id, cell_id), session_id)
 
     async def shutdown_session(self, session_id: str) -> HostResult:
         self._check()
-        return await self._await(self._connection.shutdown_session(session_id))
+        return await self._await(self._connection.shutdown_session(session_id), session_id)
 
     def cells_of(self, session_id: str) -> list[ClientCell]:
         """The session's cells that are live or closing (their `cell_closed` still to come)."""

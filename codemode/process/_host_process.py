@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -21,6 +22,7 @@ from ..errors import HostLostError
 
 logger = logging.getLogger("codemode.host")
 
+PARENT_VARIABLE = "CODEMODE_HOST_PARENT"
 TAIL_LINES = 20
 TAIL_LINE_CHARS = 500
 
@@ -43,6 +45,8 @@ async def spawn_host(command: Sequence[str]) -> trio.Process:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            # The host dies with this process (it watches it through a pidfd).
+            env={**os.environ, PARENT_VARIABLE: str(os.getpid())},
         )
     except OSError as error:
         raise HostLostError(f"failed to spawn code-mode host {command[0]}: {error}") from error

@@ -189,7 +189,7 @@ class ProcessSession:
         self, binding: _Binding, request_id: int, cell_id: str
     ) -> RuntimeResponse:
         try:
-            result = await binding.link.initial_response(request_id)
+            result = await binding.link.initial_response(request_id, binding.session_id)
         except LocalProtocolError:
             raise CodeModeError(
                 f"the initial response of exec cell {cell_id} was already taken or released"

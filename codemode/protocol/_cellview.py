@@ -144,6 +144,13 @@ class CellView:
         self.calls: set[int] = set()
         self.closed = False
 
+    @classmethod
+    def parked_for(cls, session_id: str, cell_id: str) -> CellView:
+        """A view of a closed cell, made again to keep output nobody received."""
+        view = cls(session_id, cell_id, 0)
+        view.phase, view.observer, view.closed = Phase.IDLE, None, True
+        return view
+
     def move(self, trigger: Trigger) -> None:
         self.phase = OBSERVATION.move(self.phase, trigger)
 

@@ -25,7 +25,17 @@ import collections
 import enum
 from collections.abc import Iterable
 
-from .._api import CellLimits, ExecuteRequest, LiveCell, RuntimeResponse, WaitOutcome, WaitRequest
+from .._api import (
+    CellLimits,
+    Completed,
+    ExecuteRequest,
+    LiveCell,
+    RuntimeResponse,
+    Terminated,
+    WaitOutcome,
+    WaitRequest,
+    Yielded,
+)
 from ..errors import ErrorKind
 from ._cellview import CellView, Observation, ObservationResult, Phase, Trigger
 from ._codec import NEED_DATA, FrameDecoder, FrameEncoder, FrameTooLargeError, NeedData
@@ -52,6 +62,7 @@ from ._messages import (
     ExecutionStarted,
     Hello,
     HostMessage,
+    HostRequest,
     HostResponse,
     InitialResponse,
     NotificationDelivered,
@@ -351,6 +362,39 @@ class ClientConnection:
         view.retired, view.observer = observation, None
         self._queue(OperationCancel(id=request_id))
 
+    def undelivered(
+        self, request_id: int, session_id: str, result: HostResult | InitialResult
+    ) -> None:
+        """An answer this connection emitted never reached its caller (cancelled after the
+        answer arrived, before it ran): take it back so nothing is lost (rule 3). A started
+        cell is terminated (its caller never learned its id), an observation's output is
+        parked for the cell's next observer, an opened session is shut down."""
+        if self._closed or isinstance(result, Err):
+            return
+        value = result.value
+        if isinstance(value, ExecutionStarted):
+            view = self._cells.get((session_id, value.cell_id))
+            if view is None:
+                return
+            self.release_initial(request_id)
+            if view.terminating is None:
+                view.terminating = self._request(
+                    _Kind.TERMINATE,
+                    Terminate(session_id=session_id, cell_id=value.cell_id),
+                    internal=True,
+                )
+        elif isinstance(value, SessionReady):
+            self._request(_Kind.SHUTDOWN, ShutdownSession(session_id=session_id), internal=True)
+        elif isinstance(value, WaitCompleted | Yielded | Completed | Terminated):
+            outcome = (
+                value.outcome if isinstance(value, WaitCompleted) else LiveCell(response=value)
+            )
+            key = (session_id, outcome.response.cell_id)
+            view = self._cells.get(key)
+            if view is None:  # closed and forgotten since: it keeps the output all the same
+                view = self._cells[key] = CellView.parked_for(session_id, key[1])
+            view.park(outcome)
+
     def send_delegate_response(self, call_id: int, result: DelegateResult) -> bool:
         """Answer reverse call `call_id`; False (nothing queued) if the host no longer wants
         it. An answer too large for a frame is replaced by a `frame_limit` error.
@@ -614,11 +658,19 @@ class ClientConnection:
         self._next_id += 1
         return request_id
 
-    def _request(self, kind: _Kind, request: object, *, internal: bool = False) -> int:
-        request_id = self._new_id()
-        pending = _Pending(kind, request.session_id, internal=internal)  # type: ignore[attr-defined]
+    def _request(
+        self,
+        kind: _Kind,
+        request: HostRequest,
+        *,
+        internal: bool = False,
+        request_id: int | None = None,
+    ) -> int:
+        request_id = self._new_id() if request_id is None else request_id
+        cell_id = request.cell_id if isinstance(request, Terminate) else ""
+        pending = _Pending(kind, request.session_id, cell_id, internal=internal)
         try:
-            self._queue(OperationRequest(id=request_id, request=request))  # type: ignore[arg-type]
+            self._queue(OperationRequest(id=request_id, request=request))
         except FrameTooLargeError:
             if kind is _Kind.OPEN:
                 self._sessions.pop(pending.session_id, None)
