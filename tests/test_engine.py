@@ -476,3 +476,27 @@ async def test_stack_positions_are_the_sources_own(engine: Engine) -> None:
     run = await run_cell(engine, 'text("a");\nthrow new Error("line two");')
     assert run.error is not None
     assert run.error.splitlines()[1] == "    at <anonymous> (exec_main.mjs:2:11)"
+
+
+LOST = "InternalError: the code-mode host ran out of memory for this cell's events"
+
+
+@pytest.mark.parametrize(
+    ("fault_after", "source", "texts"),
+    [
+        (0, 'text("a")', []),  # its Started event is lost
+        (2, 'text("a"); text("b"); await new Promise(() => {})', ["a"]),
+        (1, "text(await tools.t({}))", []),  # its tool call is lost: it would wait forever
+    ],
+    ids=["started", "output", "tool-call"],
+)
+async def test_a_lost_event_fails_the_cell_instead_of_hanging(
+    fault_after: int, source: str, texts: list[str]
+) -> None:
+    # The allocation of an event fails (fault injection): the cell must end, with an error,
+    # and its finish event can never be lost (it is allocated with the cell).
+    async with open_engine(fault_events_after=fault_after) as engine:
+        run = await run_cell(engine, source, tools=[CellTool(name="t")])
+        assert engine.live_cells == 0
+    assert run.texts == texts
+    assert run.error == LOST
