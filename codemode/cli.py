@@ -1,0 +1,5 @@
+"""The `codemode` command."""
+
+
+def main() -> None:
+    raise SystemExit("codemode: not built yet")
