@@ -30,7 +30,9 @@ from ._api import WaitOutcome as WaitOutcome
 from ._api import WaitRequest as WaitRequest
 from ._api import Yielded as Yielded
 from ._api import missing_cell as missing_cell
+from ._combine import combine as combine
 from ._identifiers import normalize_identifier as normalize_identifier
+from ._toolbox import Toolbox as Toolbox
 from .errors import AlreadyTerminatingError as AlreadyTerminatingError
 from .errors import CodeModeError as CodeModeError
 from .errors import ObserverBusyError as ObserverBusyError
@@ -67,9 +69,11 @@ __all__ = [
     "ToolError",
     "ToolKind",
     "ToolName",
+    "Toolbox",
     "WaitOutcome",
     "WaitRequest",
     "Yielded",
+    "combine",
     "default_host_command",
     "missing_cell",
     "normalize_identifier",

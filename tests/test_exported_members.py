@@ -22,7 +22,7 @@ def test_design_names_are_exported() -> None:
         "InputText", "InputImage", "ImageDetail", "RuntimeResponse", "Yielded", "Completed",
         "Terminated", "WaitOutcome", "LiveCell", "MissingCell", "NestedToolCall", "CellLimits",
         "SessionDelegate", "Session", "StartedCell", "open_in_process_provider", "CodeModeError",
-        "ToolError", "normalize_identifier",
+        "ToolError", "normalize_identifier", "Toolbox", "combine",
     }  # fmt: skip
     assert design <= set(codemode.__all__)
 
