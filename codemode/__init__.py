@@ -39,6 +39,11 @@ from .errors import ObserverBusyError as ObserverBusyError
 from .errors import RuntimeEndedError as RuntimeEndedError
 from .errors import SessionShuttingDownError as SessionShuttingDownError
 from .errors import ToolError as ToolError
+from .model import ExecSource as ExecSource
+from .model import PragmaError as PragmaError
+from .model import parse_exec_source as parse_exec_source
+from .model import truncate_items as truncate_items
+from .model import truncate_middle as truncate_middle
 from .protocol import MAX_FRAME_BYTES as MAX_FRAME_BYTES
 
 __all__ = [
@@ -49,6 +54,7 @@ __all__ = [
     "CodeModeError",
     "Completed",
     "ContentItem",
+    "ExecSource",
     "ExecuteRequest",
     "ImageDetail",
     "InputImage",
@@ -58,6 +64,7 @@ __all__ = [
     "MissingCell",
     "NestedToolCall",
     "ObserverBusyError",
+    "PragmaError",
     "RuntimeEndedError",
     "RuntimeResponse",
     "Session",
@@ -79,6 +86,9 @@ __all__ = [
     "normalize_identifier",
     "open_in_process_provider",
     "open_process_provider",
+    "parse_exec_source",
+    "truncate_items",
+    "truncate_middle",
 ]
 
 

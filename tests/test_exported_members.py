@@ -12,7 +12,7 @@ def test_all_is_complete() -> None:
     # Every exported name resolves (the in-process provider is imported on first use).
     for name in codemode.__all__:
         assert getattr(codemode, name) is not None
-    modules = {"inprocess", "errors", "process", "protocol", "TYPE_CHECKING"}
+    modules = {"inprocess", "errors", "model", "process", "protocol", "TYPE_CHECKING"}
     assert public - modules <= set(codemode.__all__)
 
 
