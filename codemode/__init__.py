@@ -44,6 +44,8 @@ from .model import PragmaError as PragmaError
 from .model import parse_exec_source as parse_exec_source
 from .model import truncate_items as truncate_items
 from .model import truncate_middle as truncate_middle
+from .model import NamespaceDescription as NamespaceDescription
+from .model import render_typescript as render_typescript
 from .protocol import MAX_FRAME_BYTES as MAX_FRAME_BYTES
 
 __all__ = [
@@ -62,6 +64,7 @@ __all__ = [
     "JsonValue",
     "LiveCell",
     "MissingCell",
+    "NamespaceDescription",
     "NestedToolCall",
     "ObserverBusyError",
     "PragmaError",
@@ -87,6 +90,7 @@ __all__ = [
     "open_in_process_provider",
     "open_process_provider",
     "parse_exec_source",
+    "render_typescript",
     "truncate_items",
     "truncate_middle",
 ]

@@ -120,7 +120,8 @@ class Toolbox:
         `msgspec.to_builtins` (Structs, dataclasses, enums, dates and the like are fine).
 
         Args:
-            function: an `async def` function, or a plain one (run in a worker thread).
+            function: an `async def` function, or a plain one (run in a worker thread); a
+                bound method is fine too.
             name: the tool's name (default: the function's name).
             namespace: groups the tool under a namespace (its `ToolName.namespace`); the
                 model-visible name becomes `<namespace>__<name>`.
@@ -142,7 +143,8 @@ class Toolbox:
         return register if function is None else register(function)
 
     def _add(self, function: Callable[..., Any], name: str | None, namespace: str | None) -> None:
-        if not inspect.isfunction(function) or inspect.isgeneratorfunction(function):
+        is_function = inspect.isfunction(function) or inspect.ismethod(function)
+        if not is_function or inspect.isgeneratorfunction(function):
             raise TypeError(f"a tool must be a plain or async function, got {function!r}")
         if inspect.isasyncgenfunction(function):
             raise TypeError(f"a tool must be a plain or async function, got {function!r}")
@@ -190,7 +192,7 @@ class Toolbox:
             raise
         except Exception as error:
             logger.exception("tool %s failed (cell %s)", tool.definition.name, call.cell_id)
-            raise ToolError(tool_failure_message(call.tool_name.name, error)) from error
+            raise ToolError(tool_failure_message(tool.definition.name, error)) from error
 
     async def notify(self, call_id: str, cell_id: CellId, text: str) -> None:
         """Hand a cell's `notify(text)` to `on_notify` (or log it at INFO)."""

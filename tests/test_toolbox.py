@@ -211,6 +211,31 @@ def test_name_and_namespace_options() -> None:
     assert find("x") == "x"
 
 
+class Service:
+    """Tools that share state: bound methods."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def count(self, step: int = 1) -> int:
+        """Count the calls."""
+        self.calls += step
+        return self.calls
+
+
+async def test_bound_methods_are_tools(session: Session) -> None:
+    service = Service()
+    toolbox = Toolbox()
+    toolbox.tool(service.count)
+    assert definition(toolbox).input_schema["properties"] == {
+        "step": {"type": "integer", "default": 1}
+    }
+    source = "await tools.count(); text(await tools.count({ step: 5 }));"
+    with trio.fail_after(10):
+        response = await run(session, toolbox, source, tools=toolbox.definitions())
+    assert texts(response) == ["6"]
+
+
 # ---- definition errors ---------------------------------------------------------------------
 
 

@@ -6,18 +6,40 @@ What an agent developer wires to a model (DESIGN section 5, reference sections 7
 them). The modules behind this front door are private.
 """
 
+from ._descriptions import NamespaceDescription as NamespaceDescription
+from ._descriptions import augment_tool_definition as augment_tool_definition
+from ._descriptions import exec_description as exec_description
+from ._descriptions import tool_declaration as tool_declaration
+from ._descriptions import wait_description as wait_description
+from ._mcp_types import MCP_TYPES as MCP_TYPES
 from ._pragma import ExecSource as ExecSource
 from ._pragma import PragmaError as PragmaError
 from ._pragma import parse_exec_source as parse_exec_source
+from ._specs import EXEC_GRAMMAR as EXEC_GRAMMAR
+from ._specs import WAIT_PARAMETERS as WAIT_PARAMETERS
+from ._specs import ModelApi as ModelApi
+from ._specs import tool_specs as tool_specs
 from ._truncation import approx_token_count as approx_token_count
 from ._truncation import truncate_items as truncate_items
 from ._truncation import truncate_middle as truncate_middle
+from ._typescript import render_typescript as render_typescript
 
 __all__ = [
+    "EXEC_GRAMMAR",
+    "MCP_TYPES",
+    "WAIT_PARAMETERS",
     "ExecSource",
+    "ModelApi",
+    "NamespaceDescription",
     "PragmaError",
     "approx_token_count",
+    "augment_tool_definition",
+    "exec_description",
     "parse_exec_source",
+    "render_typescript",
+    "tool_declaration",
+    "tool_specs",
     "truncate_items",
     "truncate_middle",
+    "wait_description",
 ]
