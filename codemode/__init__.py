@@ -40,12 +40,12 @@ from .errors import RuntimeEndedError as RuntimeEndedError
 from .errors import SessionShuttingDownError as SessionShuttingDownError
 from .errors import ToolError as ToolError
 from .model import ExecSource as ExecSource
+from .model import NamespaceDescription as NamespaceDescription
 from .model import PragmaError as PragmaError
 from .model import parse_exec_source as parse_exec_source
+from .model import render_typescript as render_typescript
 from .model import truncate_items as truncate_items
 from .model import truncate_middle as truncate_middle
-from .model import NamespaceDescription as NamespaceDescription
-from .model import render_typescript as render_typescript
 from .protocol import MAX_FRAME_BYTES as MAX_FRAME_BYTES
 
 __all__ = [
