@@ -42,6 +42,7 @@ from .errors import ToolError as ToolError
 from .model import ExecSource as ExecSource
 from .model import NamespaceDescription as NamespaceDescription
 from .model import PragmaError as PragmaError
+from .model import ToolOutput as ToolOutput
 from .model import parse_exec_source as parse_exec_source
 from .model import render_typescript as render_typescript
 from .model import truncate_items as truncate_items
@@ -79,6 +80,7 @@ __all__ = [
     "ToolError",
     "ToolKind",
     "ToolName",
+    "ToolOutput",
     "Toolbox",
     "WaitOutcome",
     "WaitRequest",

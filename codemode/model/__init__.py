@@ -11,7 +11,10 @@ from ._descriptions import augment_tool_definition as augment_tool_definition
 from ._descriptions import exec_description as exec_description
 from ._descriptions import tool_declaration as tool_declaration
 from ._descriptions import wait_description as wait_description
+from ._images import IMAGE_OMITTED as IMAGE_OMITTED
 from ._mcp_types import MCP_TYPES as MCP_TYPES
+from ._output import DEFAULT_MAX_TOKENS as DEFAULT_MAX_TOKENS
+from ._output import ToolOutput as ToolOutput
 from ._pragma import ExecSource as ExecSource
 from ._pragma import PragmaError as PragmaError
 from ._pragma import parse_exec_source as parse_exec_source
@@ -25,13 +28,16 @@ from ._truncation import truncate_middle as truncate_middle
 from ._typescript import render_typescript as render_typescript
 
 __all__ = [
+    "DEFAULT_MAX_TOKENS",
     "EXEC_GRAMMAR",
+    "IMAGE_OMITTED",
     "MCP_TYPES",
     "WAIT_PARAMETERS",
     "ExecSource",
     "ModelApi",
     "NamespaceDescription",
     "PragmaError",
+    "ToolOutput",
     "approx_token_count",
     "augment_tool_definition",
     "exec_description",
