@@ -54,6 +54,7 @@ __all__ = [
     "AlreadyTerminatingError",
     "CellId",
     "CellLimits",
+    "CodeMode",
     "CodeModeError",
     "Completed",
     "ContentItem",
@@ -100,6 +101,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from .inprocess import open_in_process_provider as open_in_process_provider
+    from .model import CodeMode as CodeMode
     from .process import default_host_command as default_host_command
     from .process import open_process_provider as open_process_provider
 
@@ -107,6 +109,10 @@ if TYPE_CHECKING:
 def __getattr__(name: str) -> object:
     # The providers are imported on first use: the in-process one loads the host and its C
     # extension, both load trio; `import codemode.protocol` (used by the host) stays sans-IO.
+    if name == "CodeMode":
+        from .model import CodeMode
+
+        return CodeMode
     if name == "open_in_process_provider":
         from .inprocess import open_in_process_provider
 

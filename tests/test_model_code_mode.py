@@ -1,0 +1,666 @@
+"""`CodeMode` end to end on both providers: the formatting tests of reference 9.10, by name.
+
+Every test drives a real session (in-process and in a host process, through the `provider`
+fixture) and asserts what the model would see.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+import trio
+
+from codemode import (
+    CodeMode,
+    ImageDetail,
+    InputImage,
+    InputText,
+    JsonValue,
+    NamespaceDescription,
+    NestedToolCall,
+    ToolDefinition,
+    ToolError,
+    ToolKind,
+    ToolName,
+    ToolOutput,
+)
+from codemode.model import IMAGE_OMITTED, augment_tool_definition, nested_tool_payload
+from tests.conftest import Provider
+from tests.delegates import RecordingDelegate
+from tests.sessions import tool
+from tests.test_model_images import decoded_size, png_bytes, png_data_url
+
+HEADER = re.compile(r"(Script [^\n]+)\nWall time \d+\.\d seconds\nOutput:\n")
+
+
+def status_line(output: ToolOutput) -> str:
+    first = output.items[0]
+    assert isinstance(first, InputText)
+    match = HEADER.fullmatch(first.text)
+    assert match is not None, first.text
+    return match.group(1)
+
+
+def body(output: ToolOutput) -> list[str | InputImage]:
+    """The items after the header: texts as strings, images as they are."""
+    return [item.text if isinstance(item, InputText) else item for item in output.items[1:]]
+
+
+async def open_code_mode(
+    provider: Provider,
+    delegate: RecordingDelegate,
+    tools: Iterable[ToolDefinition] = (),
+    **options: Any,
+) -> CodeMode:
+    return CodeMode(await provider.create_session(), delegate, tools, **options)
+
+
+class Gates:
+    """Tool calls that each wait for their own release."""
+
+    def __init__(self) -> None:
+        self.opened: dict[str, trio.Event] = {}
+
+    def gate(self, call_id: str) -> trio.Event:
+        return self.opened.setdefault(call_id, trio.Event())
+
+    async def behaviour(self, call: NestedToolCall) -> JsonValue:
+        await self.gate(call.runtime_tool_call_id).wait()
+        return {}
+
+
+async def test_code_mode_can_return_exec_command_output(provider: Provider) -> None:
+    result = {"chunk_id": "c1", "output": "hi\n", "exit_code": 0, "wall_time_seconds": 0.01}
+
+    async def run_command(call: NestedToolCall) -> JsonValue:
+        return result
+
+    delegate = RecordingDelegate(on_tool=run_command)
+    code_mode = await open_code_mode(provider, delegate, [tool("exec_command")])
+    with trio.fail_after(10):
+        output = await code_mode.exec(
+            "call-1", 'text(await tools.exec_command({ cmd: "echo hi" }))'
+        )
+    assert status_line(output) == "Script completed"
+    assert len(output.items) == 2
+    [printed] = body(output)
+    assert isinstance(printed, str)
+    assert json.loads(printed) == result
+    assert (output.success, output.status, output.cell_id, output.tool) == (
+        True,
+        "completed",
+        "1",
+        "exec",
+    )
+
+
+async def test_code_mode_only_restricts_prompt_tools(provider: Provider) -> None:
+    code_mode = await open_code_mode(provider, RecordingDelegate(), [tool("update_plan")])
+    for api in ("openai", "anthropic"):
+        assert [spec["name"] for spec in code_mode.tool_specs(api)] == ["exec", "wait"]
+    assert "### `update_plan`" in code_mode.exec_description()
+    assert code_mode.wait_description().startswith("Waits on a yielded `exec` cell")
+
+
+async def test_code_mode_only_guides_all_tools_search_and_calls_deferred_app_tools(
+    provider: Provider,
+) -> None:
+    # codemode has no separate list of deferred tools: every enabled tool is described, and the
+    # flag adds the guidance that finds a tool through ALL_TOOLS, which this cell follows.
+    delegate = RecordingDelegate()
+    calendar = tool("calendar_create_event", "Create a calendar event.")
+    code_mode = await open_code_mode(provider, delegate, [calendar], deferred_tools_available=True)
+    assert "Some deferred nested tools may be omitted" in code_mode.exec_description()
+    source = """
+        const found = ALL_TOOLS.find(({ name, description }) =>
+            name.includes("calendar") && description.includes("calendar event"));
+        text(JSON.stringify(await tools[found.name]({ title: "standup" })));
+    """
+    with trio.fail_after(10):
+        output = await code_mode.exec("call-1", source)
+    assert body(output) == ['{"value":"output"}']
+    assert [call.input for call in delegate.invocations] == [{"title": "standup"}]
+
+
+async def test_app_only_tools_are_not_visible_or_runnable_by_code_mode_model(
+    provider: Provider,
+) -> None:
+    code_mode = await open_code_mode(provider, RecordingDelegate(), [tool("visible_tool")])
+    assert "hidden_app_tool" not in code_mode.exec_description()
+    with trio.fail_after(10):
+        listed = await code_mode.exec("call-1", "text(ALL_TOOLS.map((t) => t.name).join())")
+        called = await code_mode.exec("call-2", "await tools.hidden_app_tool({})")
+    assert body(listed) == ["visible_tool"]
+    assert status_line(called) == "Script failed"
+    [error] = body(called)
+    assert isinstance(error, str)
+    assert error.startswith("Script error:\nTypeError: ")
+    assert "not a function" in error
+
+
+async def test_code_mode_update_plan_nested_tool_result_is_empty_object(
+    provider: Provider,
+) -> None:
+    async def update_plan(call: NestedToolCall) -> JsonValue:
+        return {}
+
+    delegate = RecordingDelegate(on_tool=update_plan)
+    code_mode = await open_code_mode(provider, delegate, [tool("update_plan")])
+    source = 'text(JSON.stringify(await tools.update_plan({ plan: [{ step: "a", status: "pending" }] })))'
+    with trio.fail_after(10):
+        output = await code_mode.exec("call-1", source)
+    assert body(output) == ["{}"]
+    assert delegate.invocations[0].input == {"plan": [{"step": "a", "status": "pending"}]}
+
+
+async def test_code_mode_exec_outer_limit_truncates_emitted_output(provider: Provider) -> None:
+    code_mode = await open_code_mode(provider, RecordingDelegate())
+    source = '// @exec: {"max_output_tokens": 5}\ntext("0123456789".repeat(4))'
+    with trio.fail_after(10):
+        output = await code_mode.exec("call-1", source)
+    assert body(output) == [
+        "Warning: truncated output (original token count: 10)\nTotal output lines: 1\n\n"
+        "0123456789…5 tokens truncated…0123456789"
+    ]
+
+
+async def test_code_mode_returns_accumulated_output_when_script_fails(
+    provider: Provider,
+) -> None:
+    code_mode = await open_code_mode(provider, RecordingDelegate())
+    source = 'text("one"); text("two"); throw new Error("boom");'
+    with trio.fail_after(10):
+        output = await code_mode.exec("call-1", source)
+    assert status_line(output) == "Script failed"
+    assert len(output.items) == 4
+    assert body(output)[:2] == ["one", "two"]
+    error = body(output)[2]
+    assert isinstance(error, str)
+    assert re.fullmatch(r"Script error:\nError: boom\n(\s+at .+\n?)+", error), error
+    assert (output.success, output.status) == (False, "failed")
+
+
+async def test_code_mode_exec_surfaces_handler_errors_as_exceptions(provider: Provider) -> None:
+    async def refuse(call: NestedToolCall) -> JsonValue:
+        raise ToolError("invalid arguments for lookup")
+
+    code_mode = await open_code_mode(provider, RecordingDelegate(on_tool=refuse), [tool("lookup")])
+    source = 'try { await tools.lookup({}); } catch (e) { text("caught: " + e); }'
+    with trio.fail_after(10):
+        output = await code_mode.exec("call-1", source)
+    assert body(output) == ["caught: invalid arguments for lookup"]
+    assert output.success
+
+
+async def test_code_mode_can_yield_and_resume_with_wait(provider: Provider) -> None:
+    gates = Gates()
+    code_mode = await open_code_mode(
+        provider, RecordingDelegate(on_tool=gates.behaviour), [tool("gate")]
+    )
+    source = """
+        text("phase 1"); yield_control(); await tools.gate({});
+        text("phase 2"); yield_control(); await tools.gate({});
+        text("phase 3");
+    """
+    with trio.fail_after(10):
+        first = await code_mode.exec("call-1", source)
+        gates.gate("tool-1").set()
+        second = await code_mode.wait({"cell_id": "1", "yield_time_ms": 60_000})
+        gates.gate("tool-2").set()
+        third = await code_mode.wait({"cell_id": "1", "yield_time_ms": 60_000})
+    assert [status_line(o) for o in (first, second, third)] == [
+        "Script running with cell ID 1",
+        "Script running with cell ID 1",
+        "Script completed",
+    ]
+    assert [body(o) for o in (first, second, third)] == [["phase 1"], ["phase 2"], ["phase 3"]]
+    assert [(o.status, o.cell_id, o.tool) for o in (first, second, third)] == [
+        ("running", "1", "exec"),
+        ("running", "1", "wait"),
+        ("completed", "1", "wait"),
+    ]
+
+
+async def test_code_mode_yield_and_termination_are_not_starved_by_runtime_output(
+    provider: Provider,
+) -> None:
+    code_mode = await open_code_mode(provider, RecordingDelegate())
+    source = '// @exec: {"yield_time_ms": 0}\nfor (let i = 0; i < 16384; i++) text("x" + i); while (true) {}'
+    with trio.fail_after(5):
+        running = await code_mode.exec("call-1", source)
+        stopped = await code_mode.wait({"cell_id": "1", "terminate": True})
+    assert status_line(running) == "Script running with cell ID 1"
+    assert len(running.items) == 1
+    assert (stopped.status, status_line(stopped)) == ("terminated", "Script terminated")
+
+
+async def test_code_mode_can_run_multiple_yielded_sessions(provider: Provider) -> None:
+    code_mode = await open_code_mode(provider, RecordingDelegate())
+    with trio.fail_after(10):
+        first = await code_mode.exec(
+            "call-1", 'text("a"); yield_control(); await new Promise(() => {})'
+        )
+        second = await code_mode.exec(
+            "call-2", 'text("b"); yield_control(); await new Promise(() => {})'
+        )
+        for cell_id in ("1", "2"):
+            await code_mode.wait({"cell_id": cell_id, "terminate": True})
+    assert [status_line(first), status_line(second)] == [
+        "Script running with cell ID 1",
+        "Script running with cell ID 2",
+    ]
+    assert [body(first), body(second)] == [["a"], ["b"]]
+
+
+async def test_code_mode_wait_can_terminate_and_continue(provider: Provider) -> None:
+    code_mode = await open_code_mode(provider, RecordingDelegate())
+    with trio.fail_after(10):
+        await code_mode.exec("call-1", "yield_control(); while (true) {}")
+        stopped = await code_mode.wait({"cell_id": "1", "terminate": True})
+        after = await code_mode.exec("call-2", 'text("after")')
+    assert len(stopped.items) == 1
+    assert status_line(stopped) == "Script terminated"
+    assert (stopped.success, stopped.cell_id) == (True, "1")
+    assert (status_line(after), body(after), after.cell_id) == ("Script completed", ["after"], "2")
+
+
+async def test_code_mode_wait_returns_error_for_unknown_session(provider: Provider) -> None:
+    code_mode = await open_code_mode(provider, RecordingDelegate())
+    with trio.fail_after(10):
+        output = await code_mode.wait({"cell_id": "999999"})
+    assert status_line(output) == "Script failed"
+    assert body(output) == ["Script error:\nexec cell 999999 not found"]
+    assert (output.success, output.status, output.cell_id) == (False, "failed", "999999")
+
+
+async def test_code_mode_wait_terminate_returns_completed_session_if_it_finished_after_yield_control(
+    provider: Provider,
+) -> None:
+    delegate = RecordingDelegate()
+    code_mode = await open_code_mode(provider, delegate)
+    with trio.fail_after(10):
+        first = await code_mode.exec("call-1", 'yield_control(); text("finished"); notify("done")')
+        await delegate.until(lambda: len(delegate.notifications) == 1)
+        outcome = await code_mode.wait({"cell_id": "1", "terminate": True})
+    assert body(first) == []
+    # Completed if the cell finished before the terminate, Terminated if not: both carry it.
+    assert status_line(outcome) in ("Script completed", "Script terminated")
+    assert body(outcome) == ["finished"]
+
+
+async def test_code_mode_background_keeps_running_on_later_turn_without_wait(
+    provider: Provider,
+) -> None:
+    delegate = RecordingDelegate()
+    code_mode = await open_code_mode(provider, delegate, [tool("side_effect")])
+    source = "yield_control(); for (let i = 0; i < 3; i++) await tools.side_effect({ i });"
+    with trio.fail_after(10):
+        first = await code_mode.exec("call-1", source)
+        await delegate.until(lambda: len(delegate.invocations) == 3)
+    assert first.status == "running"
+    assert [call.input for call in delegate.invocations] == [{"i": 0}, {"i": 1}, {"i": 2}]
+
+
+async def test_code_mode_wait_uses_its_own_max_tokens_budget(provider: Provider) -> None:
+    gates = Gates()
+    code_mode = await open_code_mode(
+        provider, RecordingDelegate(on_tool=gates.behaviour), [tool("gate")]
+    )
+    source = '// @exec: {"max_output_tokens": 1000}\nyield_control(); await tools.gate({}); text("0123456789".repeat(4))'
+    with trio.fail_after(10):
+        await code_mode.exec("call-1", source)
+        gates.gate("tool-1").set()
+        output = await code_mode.wait({"cell_id": "1", "yield_time_ms": 60_000, "max_tokens": 6})
+    assert body(output) == [
+        "Warning: truncated output (original token count: 10)\nTotal output lines: 1\n\n"
+        "012345678901…4 tokens truncated…890123456789"
+    ]
+
+
+async def test_code_mode_can_output_serialized_text_via_global_helper(provider: Provider) -> None:
+    code_mode = await open_code_mode(provider, RecordingDelegate())
+    with trio.fail_after(10):
+        output = await code_mode.exec("call-1", "text({ json: true })")
+    assert body(output) == ['{"json":true}']
+
+
+async def test_code_mode_notify_carries_the_exec_call_id(provider: Provider) -> None:
+    # The reference host turns the notification into an extra `custom_tool_call_output` of the
+    # exec call; codemode hands it to the delegate with that call id, and the app injects it.
+    delegate = RecordingDelegate()
+    code_mode = await open_code_mode(provider, delegate)
+    with trio.fail_after(10):
+        output = await code_mode.call("exec", "call_42", 'notify("working"); text("done")')
+        await delegate.until(lambda: len(delegate.notifications) == 1)
+    assert delegate.notifications == [("call_42", "1", "working")]
+    assert body(output) == ["done"]
+
+
+async def test_code_mode_surfaces_text_stringify_errors(provider: Provider) -> None:
+    code_mode = await open_code_mode(provider, RecordingDelegate())
+    with trio.fail_after(10):
+        output = await code_mode.exec("call-1", "const a = {}; a.self = a; text(a);")
+    assert status_line(output) == "Script failed"
+    assert "Converting circular structure to JSON" in output.text
+
+
+async def test_code_mode_can_output_images_via_global_helper(provider: Provider) -> None:
+    url = png_data_url()
+    code_mode = await open_code_mode(provider, RecordingDelegate())
+    with trio.fail_after(10):
+        output = await code_mode.exec("call-1", f'image("{url}"); text("after")')
+    assert body(output) == [InputImage(image_url=url, detail=ImageDetail.HIGH), "after"]
+
+
+async def test_code_mode_replaces_malformed_image(provider: Provider) -> None:
+    code_mode = await open_code_mode(provider, RecordingDelegate())
+    with trio.fail_after(10):
+        output = await code_mode.exec("call-1", 'image("data:image/png;base64,AAA="); text("ok")')
+    assert body(output) == [IMAGE_OMITTED, "ok"]
+    assert (output.success, output.status) == (True, "completed")
+
+
+async def test_code_mode_resizes_explicit_original_image(provider: Provider) -> None:
+    url = png_data_url(6401, 100)
+    code_mode = await open_code_mode(provider, RecordingDelegate())
+    with trio.fail_after(20):
+        output = await code_mode.exec("call-1", f'image("{url}", "original")')
+    [image] = body(output)
+    assert isinstance(image, InputImage)
+    assert image.detail is ImageDetail.ORIGINAL
+    assert decoded_size(image.image_url) == (6000, 94, "PNG")
+
+
+async def test_code_mode_image_helper_rejects_remote_url(provider: Provider) -> None:
+    code_mode = await open_code_mode(provider, RecordingDelegate())
+    with trio.fail_after(10):
+        output = await code_mode.exec("call-1", 'image("https://example.com/image.png")')
+    assert status_line(output) == "Script failed"
+    assert body(output) == [
+        "Script error:\nTool call failed: remote image URLs are not supported in tool outputs. "
+        "Pass a base64 data URI instead"
+    ]
+
+
+async def test_code_mode_can_use_view_image_result_with_image_helper(provider: Provider) -> None:
+    url = png_data_url(3, 3)
+
+    async def view_image(call: NestedToolCall) -> JsonValue:
+        return {"image_url": url, "detail": "original"}
+
+    code_mode = await open_code_mode(
+        provider, RecordingDelegate(on_tool=view_image), [tool("view_image")]
+    )
+    with trio.fail_after(10):
+        output = await code_mode.exec("call-1", 'image(await tools.view_image({ path: "a.png" }))')
+    assert body(output) == [InputImage(image_url=url, detail=ImageDetail.ORIGINAL)]
+
+
+async def test_code_mode_can_use_mcp_image_result_with_image_helper(provider: Provider) -> None:
+    data = png_data_url(3, 3).partition(",")[2]
+
+    async def screenshot(call: NestedToolCall) -> JsonValue:
+        meta = {"codex/imageDetail": "original"}
+        block = {"type": "image", "data": data, "mimeType": "image/png", "_meta": meta}
+        return {"content": [{"type": "text", "text": "a screenshot"}, block], "isError": False}
+
+    code_mode = await open_code_mode(
+        provider, RecordingDelegate(on_tool=screenshot), [tool("mcp__ui__screenshot")]
+    )
+    with trio.fail_after(10):
+        output = await code_mode.exec(
+            "call-1", "image((await tools.mcp__ui__screenshot({})).content[1])"
+        )
+    assert body(output) == [
+        InputImage(image_url=f"data:image/png;base64,{data}", detail=ImageDetail.ORIGINAL)
+    ]
+
+
+async def test_code_mode_can_apply_patch_via_nested_tool(provider: Provider) -> None:
+    async def apply_patch(call: NestedToolCall) -> JsonValue:
+        assert nested_tool_payload(call) == "*** Begin Patch\n*** End Patch"
+        return {}
+
+    apply = ToolDefinition(
+        name="apply_patch", tool_name=ToolName.plain("apply_patch"), kind=ToolKind.FREEFORM
+    )
+    delegate = RecordingDelegate(on_tool=apply_patch)
+    code_mode = await open_code_mode(provider, delegate, [apply])
+    assert "apply_patch(input: string): Promise<unknown>;" in code_mode.exec_description()
+    source = 'text(JSON.stringify(await tools.apply_patch("*** Begin Patch\\n*** End Patch")))'
+    with trio.fail_after(10):
+        output = await code_mode.exec("call-1", source)
+    assert body(output) == ["{}"]
+    assert delegate.invocations[0].tool_kind is ToolKind.FREEFORM
+
+
+async def test_code_mode_exposes_normalized_illegal_mcp_tool_names(provider: Provider) -> None:
+    echo = ToolDefinition(
+        name="mcp__rmcp__echo-tool", tool_name=ToolName.namespaced("mcp__rmcp__", "echo-tool")
+    )
+    delegate = RecordingDelegate()
+    code_mode = await open_code_mode(provider, delegate, [echo])
+    assert "### `mcp__rmcp__echo_tool` (`mcp__rmcp__echo-tool`)" in code_mode.exec_description()
+    with trio.fail_after(10):
+        output = await code_mode.exec(
+            "call-1",
+            'text(typeof tools.mcp__rmcp__echo_tool); await tools.mcp__rmcp__echo_tool({ message: "hi" })',
+        )
+    assert body(output) == ["function"]
+    assert delegate.invocations[0].tool_name == ToolName.namespaced("mcp__rmcp__", "echo-tool")
+
+
+async def test_code_mode_exports_all_tools_metadata_for_builtin_tools(provider: Provider) -> None:
+    update_plan = ToolDefinition(
+        name="update_plan",
+        tool_name=ToolName.plain("update_plan"),
+        description="Updates the task plan.",
+        input_schema={
+            "type": "object",
+            "properties": {"explanation": {"type": "string"}},
+            "additionalProperties": False,
+        },
+    )
+    code_mode = await open_code_mode(provider, RecordingDelegate(), [update_plan])
+    with trio.fail_after(10):
+        output = await code_mode.exec("call-1", "text(JSON.stringify(ALL_TOOLS))")
+    [listed] = body(output)
+    assert isinstance(listed, str)
+    assert json.loads(listed) == [
+        {
+            "name": "update_plan",
+            "description": "Updates the task plan.\n\nexec tool declaration:\n```ts\n"
+            "declare const tools: { update_plan(args: { explanation?: string; }): "
+            "Promise<unknown>; };\n```",
+        }
+    ]
+
+
+async def test_code_mode_exports_all_tools_metadata_for_namespaced_mcp_tools(
+    provider: Provider,
+) -> None:
+    echo = ToolDefinition(
+        name="mcp__rmcp__echo",
+        tool_name=ToolName.namespaced("mcp__rmcp__", "echo"),
+        description="Echo back the provided message.",
+        input_schema={
+            "type": "object",
+            "properties": {"message": {"type": "string"}},
+            "required": ["message"],
+        },
+        output_schema={
+            "type": "object",
+            "properties": {
+                "content": {"type": "array", "items": {"type": "object"}},
+                "structuredContent": {
+                    "type": "object",
+                    "properties": {"echo": {"type": "string"}},
+                    "required": ["echo"],
+                },
+                "isError": {"type": "boolean"},
+                "_meta": {"type": "object"},
+            },
+        },
+    )
+    code_mode = await open_code_mode(provider, RecordingDelegate(), [echo])
+    with trio.fail_after(10):
+        output = await code_mode.exec("call-1", "text(JSON.stringify(ALL_TOOLS))")
+    [listed] = body(output)
+    assert isinstance(listed, str)
+    assert json.loads(listed) == [
+        {"name": "mcp__rmcp__echo", "description": augment_tool_definition(echo).description}
+    ]
+    assert (
+        "declare const tools: { mcp__rmcp__echo(args: { message: string; }): "
+        "Promise<CallToolResult<{ echo: string; }>>; };"
+    ) in listed
+    assert "Shared MCP Types:" in code_mode.exec_description()
+
+
+async def test_code_mode_can_call_hidden_dynamic_tools(provider: Provider) -> None:
+    hidden = ToolDefinition(
+        name="codex_app__hidden-dynamic-tool",
+        tool_name=ToolName.namespaced("codex_app__", "hidden-dynamic-tool"),
+        description="A hidden dynamic tool.",
+        input_schema={
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    )
+    namespaces = {"codex_app__": NamespaceDescription(name="codex_app", description="App tools.")}
+    delegate = RecordingDelegate()
+    code_mode = await open_code_mode(
+        provider, delegate, [hidden], namespace_descriptions=namespaces
+    )
+    description = code_mode.exec_description()
+    assert "## codex_app\nApp tools." in description
+    assert "A hidden dynamic tool." in description
+    assert (
+        "codex_app__hidden_dynamic_tool(args: { city: string; }): Promise<unknown>;" in description
+    )
+    with trio.fail_after(10):
+        output = await code_mode.exec(
+            "call-1",
+            'text(JSON.stringify(await tools.codex_app__hidden_dynamic_tool({ city: "Paris" })))',
+        )
+    assert body(output) == ['{"value":"output"}']
+    assert delegate.invocations[0].input == {"city": "Paris"}
+
+
+async def test_a_refused_pragma_starts_no_cell(provider: Provider) -> None:
+    code_mode = await open_code_mode(provider, RecordingDelegate())
+    with trio.fail_after(10):
+        refused = await code_mode.exec("call-1", '// @exec: {"timeout": 1}\ntext("x")')
+        blank = await code_mode.exec("call-2", "   ")
+        started = await code_mode.exec("call-3", 'text("x")')
+    assert refused == ToolOutput(
+        items=[
+            InputText(
+                text="exec pragma only supports `yield_time_ms` and `max_output_tokens`; got `timeout`"
+            )
+        ],
+        success=False,
+        status="error",
+    )
+    assert blank.status == "error"
+    assert started.cell_id == "1"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({}, "failed to parse function arguments: Object missing required field `cell_id`"),
+        ({"cell_id": 1}, "failed to parse function arguments: Expected `str`, got `int` - at `$.cell_id`"),
+        ({"cell_id": "1", "yield_time_ms": -1}, "failed to parse function arguments: Expected `int` >= 0 - at `$.yield_time_ms`"),
+        ({"cell_id": "1", "yield_time_ms": 1.5}, "failed to parse function arguments: Expected `int`, got `float` - at `$.yield_time_ms`"),
+        ({"cell_id": "1", "max_tokens": "5"}, "failed to parse function arguments: Expected `int | null`, got `str` - at `$.max_tokens`"),
+        ({"cell_id": "1", "terminate": "yes"}, "failed to parse function arguments: Expected `bool`, got `str` - at `$.terminate`"),
+        ("{", "failed to parse function arguments: Input data was truncated"),
+        ("[]", "failed to parse function arguments: Expected `object`, got `array`"),
+        (7, "wait expects JSON arguments"),
+    ],
+)  # fmt: skip
+async def test_bad_wait_arguments_are_tool_errors(
+    provider: Provider, arguments: Any, message: str
+) -> None:
+    code_mode = await open_code_mode(provider, RecordingDelegate())
+    with trio.fail_after(10):
+        output = await code_mode.wait(arguments)
+    assert output == ToolOutput(
+        items=[InputText(text=message)], success=False, status="error", tool="wait"
+    )
+
+
+async def test_call_dispatches_both_api_shapes(provider: Provider) -> None:
+    code_mode = await open_code_mode(provider, RecordingDelegate())
+    with trio.fail_after(10):
+        openai_exec = await code_mode.call(
+            "exec", "call_1", 'text("a"); yield_control(); await new Promise(() => {})'
+        )
+        anthropic_exec = await code_mode.call("exec", "toolu_2", {"code": 'text("b")'})
+        openai_wait = await code_mode.call("wait", "call_3", '{"cell_id": "1", "terminate": true}')
+        anthropic_wait = await code_mode.call("wait", "toolu_4", {"cell_id": "2"})
+        not_code = await code_mode.call("exec", "toolu_5", {"source": "x"})
+    assert (openai_exec.status, body(openai_exec)) == ("running", ["a"])
+    assert (anthropic_exec.status, body(anthropic_exec)) == ("completed", ["b"])
+    assert (openai_wait.status, openai_wait.tool) == ("terminated", "wait")
+    assert body(anthropic_wait) == ["Script error:\nexec cell 2 not found"]
+    assert not_code == ToolOutput(
+        items=[InputText(text="exec expects raw JavaScript source text")],
+        success=False,
+        status="error",
+    )
+    with pytest.raises(ValueError, match="code mode has no tool named 'shell'"):
+        await code_mode.call("shell", "call_6", "ls")
+    assert CodeMode.tool_names == ("exec", "wait")
+
+
+async def test_a_busy_cell_is_a_tool_error(provider: Provider) -> None:
+    gates = Gates()
+    delegate = RecordingDelegate(on_tool=gates.behaviour)
+    code_mode = await open_code_mode(provider, delegate, [tool("gate")])
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(code_mode.exec, "call-1", "await tools.gate({})")
+            await delegate.until(lambda: len(delegate.invocations) == 1)
+            busy = await code_mode.wait({"cell_id": "1"})
+            gates.gate("tool-1").set()
+    assert busy == ToolOutput(
+        items=[InputText(text="exec cell 1 already has an active observer")],
+        success=False,
+        status="error",
+        cell_id="1",
+        tool="wait",
+    )
+
+
+async def test_a_session_shutting_down_is_a_tool_error(provider: Provider) -> None:
+    session = await provider.create_session()
+    code_mode = CodeMode(session, RecordingDelegate(), [])
+    with trio.fail_after(10):
+        await session.shutdown()
+        output = await code_mode.exec("call-1", 'text("x")')
+    assert output.items == [InputText(text="code mode session is shutting down")]
+    assert (output.status, output.cell_id) == ("error", None)
+
+
+def test_negative_options_are_refused() -> None:
+    for option in ("min_yield_time_ms", "max_empty_wait_ms"):
+        with pytest.raises(ValueError, match=f"{option} must not be negative, got -1"):
+            CodeMode(None, RecordingDelegate(), [], **{option: -1})  # type: ignore[arg-type]
+
+
+async def test_pngs_built_for_these_tests_are_real() -> None:
+    # The helpers above build images without Pillow; Pillow must agree they are images.
+    assert decoded_size(f"data:image/png;base64,{png_data_url(5, 4).partition(',')[2]}") == (
+        5,
+        4,
+        "PNG",
+    )
+    assert png_bytes(1, 1).startswith(b"\x89PNG")
