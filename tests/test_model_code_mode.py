@@ -7,13 +7,17 @@ fixture) and asserts what the model would see.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
+import codemode
 from codemode import (
     CodeMode,
     ImageDetail,
@@ -33,6 +37,7 @@ from tests.conftest import Provider
 from tests.delegates import RecordingDelegate
 from tests.sessions import tool
 from tests.test_model_images import decoded_size, png_bytes, png_data_url
+from tests.test_seed_stdio import host_proxy
 
 HEADER = re.compile(r"(Script [^\n]+)\nWall time \d+\.\d seconds\nOutput:\n")
 
@@ -664,3 +669,26 @@ async def test_pngs_built_for_these_tests_are_real() -> None:
         "PNG",
     )
     assert png_bytes(1, 1).startswith(b"\x89PNG")
+
+
+async def test_started_cell_preserves_remote_initial_response_errors(tmp_path: Path) -> None:
+    # The host dies while the exec awaits its first response: the error's text reaches the
+    # model as it is, as a tool-level error about the cell it started.
+    proxy, pid_path = host_proxy(tmp_path)
+    delegate = RecordingDelegate()
+    delegate.hold_tools = True
+    outputs: list[ToolOutput] = []
+    async with codemode.open_process_provider([str(proxy)]) as provider:
+        code_mode = CodeMode(await provider.create_session(), delegate, [tool("block")])
+
+        async def run() -> None:
+            outputs.append(await code_mode.exec("call-1", "await tools.block({})"))
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(run)
+                await delegate.until(lambda: len(delegate.invocations) == 1)
+                os.kill(int(pid_path.read_text()), signal.SIGKILL)
+    [output] = outputs
+    assert (output.status, output.success, output.cell_id) == ("error", False, "1")
+    assert re.fullmatch(r"code-mode host (exited with status -9|closed its stdout)", output.text)
