@@ -14,6 +14,7 @@ from openai.types.responses import ResponseInputItemParam
 
 import codemode
 from codemode.model import CodeMode
+from tests.test_cli import normalised
 from tests.test_model_specs import check_typed_dict
 from tests.typecheck import ROOT
 
@@ -40,10 +41,6 @@ def readme_block_after(marker: str) -> str:
     match = re.match(r"```\w*\n(.*?)```", after, re.DOTALL)
     assert match, f"no fenced block after {marker}"
     return match.group(1)
-
-
-def normalised(text: str) -> str:
-    return re.sub(r"Wall time \d+\.\d seconds", "Wall time N seconds", text)
 
 
 def test_readme_main_job_runs_and_prints_what_the_readme_shows() -> None:
