@@ -133,6 +133,44 @@ async def test_run_without_tools_and_with_an_image(tmp_path: Path) -> None:
     )
 
 
+CLOCK_TOOLS = """
+import codemode
+toolbox = codemode.Toolbox()
+
+@toolbox.tool
+def today() -> str:
+    \"\"\"Today's date.\"\"\"
+    return "2030-01-01"
+
+@toolbox.tool
+def broken() -> str:
+    \"\"\"Always fails.\"\"\"
+    raise ZeroDivisionError("no clock")
+"""
+
+
+async def test_several_toolboxes_and_a_failing_tool(tmp_path: Path) -> None:
+    (tmp_path / "clock_tools.py").write_text(CLOCK_TOOLS)
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    (tmp_path / "both.js").write_text(
+        "text(await tools.today());\n"
+        'text((await tools.current_temperature({ city: "Oslo" })).degrees);\n'
+        "try { await tools.broken(); } catch (e) { text(e); }\n"
+        'notify("done");\n'
+    )
+    arguments = ["run", "both.js", *WEATHER_TOOLS, "--tools", "clock_tools:toolbox"]
+    result = await codemode(*arguments, cwd=tmp_path)
+    assert result.returncode == 0
+    assert normalised(result.stdout.decode()) == header("Script completed") + (
+        "2030-01-01\n-2\ntool broken failed: no clock\n"
+    )
+    # The failure is logged with its traceback; the notification is shown.
+    stderr = result.stderr.decode()
+    assert stderr.startswith("codemode: codemode.toolbox: tool broken failed (cell 1)\n")
+    assert 'raise ZeroDivisionError("no clock")' in stderr
+    assert stderr.endswith("ZeroDivisionError: no clock\ncodemode: notify: done\n")
+
+
 # ---- run: stopping a cell --------------------------------------------------------------------
 
 SPIN_AFTER_YIELD = 'text("first"); yield_control(); while (true) {}\n'
