@@ -30,7 +30,9 @@ from ._api import WaitOutcome as WaitOutcome
 from ._api import WaitRequest as WaitRequest
 from ._api import Yielded as Yielded
 from ._api import missing_cell as missing_cell
+from ._combine import combine as combine
 from ._identifiers import normalize_identifier as normalize_identifier
+from ._toolbox import Toolbox as Toolbox
 from .errors import AdmissionError as AdmissionError
 from .errors import AlreadyTerminatingError as AlreadyTerminatingError
 from .errors import CodeModeError as CodeModeError
@@ -43,6 +45,14 @@ from .errors import RuntimeEndedError as RuntimeEndedError
 from .errors import SessionShuttingDownError as SessionShuttingDownError
 from .errors import StaleGenerationError as StaleGenerationError
 from .errors import ToolError as ToolError
+from .model import ExecSource as ExecSource
+from .model import NamespaceDescription as NamespaceDescription
+from .model import PragmaError as PragmaError
+from .model import ToolOutput as ToolOutput
+from .model import parse_exec_source as parse_exec_source
+from .model import render_typescript as render_typescript
+from .model import truncate_items as truncate_items
+from .model import truncate_middle as truncate_middle
 from .protocol import MAX_FRAME_BYTES as MAX_FRAME_BYTES
 
 __all__ = [
@@ -51,9 +61,11 @@ __all__ = [
     "AlreadyTerminatingError",
     "CellId",
     "CellLimits",
+    "CodeMode",
     "CodeModeError",
     "Completed",
     "ContentItem",
+    "ExecSource",
     "ExecuteRequest",
     "FrameLimitError",
     "HostLostError",
@@ -64,8 +76,10 @@ __all__ = [
     "JsonValue",
     "LiveCell",
     "MissingCell",
+    "NamespaceDescription",
     "NestedToolCall",
     "ObserverBusyError",
+    "PragmaError",
     "ProviderClosedError",
     "RuntimeEndedError",
     "RuntimeResponse",
@@ -79,19 +93,27 @@ __all__ = [
     "ToolError",
     "ToolKind",
     "ToolName",
+    "ToolOutput",
+    "Toolbox",
     "WaitOutcome",
     "WaitRequest",
     "Yielded",
+    "combine",
     "default_host_command",
     "missing_cell",
     "normalize_identifier",
     "open_in_process_provider",
     "open_process_provider",
+    "parse_exec_source",
+    "render_typescript",
+    "truncate_items",
+    "truncate_middle",
 ]
 
 
 if TYPE_CHECKING:
     from .inprocess import open_in_process_provider as open_in_process_provider
+    from .model import CodeMode as CodeMode
     from .process import default_host_command as default_host_command
     from .process import open_process_provider as open_process_provider
 
@@ -99,6 +121,10 @@ if TYPE_CHECKING:
 def __getattr__(name: str) -> object:
     # The providers are imported on first use: the in-process one loads the host and its C
     # extension, both load trio; `import codemode.protocol` (used by the host) stays sans-IO.
+    if name == "CodeMode":
+        from .model import CodeMode
+
+        return CodeMode
     if name == "open_in_process_provider":
         from .inprocess import open_in_process_provider
 

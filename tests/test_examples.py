@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from typing import Any
 
+import pytest
+import trio
+from anthropic.types import MessageParam
+from openai.types.responses import ResponseInputItemParam
+
+import codemode
+from codemode.model import CodeMode
+from tests.test_cli import normalised
+from tests.test_model_specs import check_typed_dict
 from tests.typecheck import ROOT
 
 
@@ -21,3 +32,87 @@ def test_quickstart_runs() -> None:
     assert "Completed [InputText(text='warmest: Lima at 19 C')]" in result.stdout
     assert "[notification from cell 1] all cities checked" in result.stdout
     assert "[cell 1 closed]" in result.stdout
+
+
+def readme_block_after(marker: str) -> str:
+    """The body of the fenced block that follows the line `marker` in the README."""
+    text = (ROOT / "README.md").read_text()
+    after = text[text.index(marker + "\n") + len(marker) + 1 :]
+    match = re.match(r"```\w*\n(.*?)```", after, re.DOTALL)
+    assert match, f"no fenced block after {marker}"
+    return match.group(1)
+
+
+def test_readme_main_job_runs_and_prints_what_the_readme_shows() -> None:
+    command = readme_block_after("<!-- ci:main -->").strip()
+    result = subprocess.run(
+        ["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+    shown = readme_block_after("prints exactly what the model would see:\n")
+    assert normalised(result.stdout) == normalised(shown)
+
+
+AGENT_TRANSCRIPT = """\
+user: Which city is warmest today, and what is its forecast?
+model -> exec ({exec_id})
+codemode -> exec (running):
+    Script running with cell ID 1
+    Wall time N seconds
+    Output:
+    warmest: Lima at 19 C
+model -> wait ({wait_id})
+codemode -> wait (completed):
+    Script completed
+    Wall time N seconds
+    Output:
+    day 1: cloudy, 16 to 23 C
+    day 2: rain, 17 to 24 C
+    day 3: snow, 18 to 25 C
+model: Here is what I found:
+warmest: Lima at 19 C
+day 1: cloudy, 16 to 23 C
+day 2: rain, 17 to 24 C
+day 3: snow, 18 to 25 C
+"""
+
+
+@pytest.mark.parametrize(
+    ("api", "exec_id", "wait_id"),
+    [("openai", "call_1", "call_2"), ("anthropic", "toolu_1", "toolu_2")],
+)
+def test_agent_loop_runs_offline(api: str, exec_id: str, wait_id: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "examples.agent_loop", "--api", api],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+    assert normalised(result.stdout) == AGENT_TRANSCRIPT.format(exec_id=exec_id, wait_id=wait_id)
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_agent_loop_conversation_has_the_sdk_shapes(api: str) -> None:
+    # What the scripted clients answer and what the loop appends must be what the SDKs take,
+    # so that a real client drops in: every conversation entry is validated strictly.
+    from examples import agent_loop
+    from examples.weather_tools import toolbox
+
+    conversation: list[Any] = [{"role": "user", "content": agent_loop.QUESTION}]
+    async with codemode.open_in_process_provider() as provider:
+        session = await provider.create_session()
+        code_mode = CodeMode(session, toolbox, toolbox.definitions())
+        with trio.fail_after(30):
+            if api == "openai":
+                await agent_loop.openai_loop(code_mode, agent_loop.ScriptedOpenAI(), conversation)
+            else:
+                await agent_loop.anthropic_loop(
+                    code_mode, agent_loop.ScriptedAnthropic(), conversation
+                )
+    entry_type = ResponseInputItemParam if api == "openai" else MessageParam
+    for entry in conversation:
+        check_typed_dict(entry_type, entry)
+    assert len(conversation) == 6  # the question, two calls, two results, the answer

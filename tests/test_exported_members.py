@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import codemode
 
 
@@ -12,7 +15,7 @@ def test_all_is_complete() -> None:
     # Every exported name resolves (the in-process provider is imported on first use).
     for name in codemode.__all__:
         assert getattr(codemode, name) is not None
-    modules = {"inprocess", "errors", "process", "protocol", "TYPE_CHECKING"}
+    modules = {"inprocess", "errors", "model", "process", "protocol", "TYPE_CHECKING"}
     assert public - modules <= set(codemode.__all__)
 
 
@@ -22,7 +25,9 @@ def test_design_names_are_exported() -> None:
         "InputText", "InputImage", "ImageDetail", "RuntimeResponse", "Yielded", "Completed",
         "Terminated", "WaitOutcome", "LiveCell", "MissingCell", "NestedToolCall", "CellLimits",
         "SessionDelegate", "Session", "StartedCell", "open_in_process_provider", "CodeModeError",
-        "ToolError", "normalize_identifier", "HostLostError", "ProviderClosedError",
+        "ToolError", "normalize_identifier", "HostLostError", "ProviderClosedError", "Toolbox",
+        "combine", "CodeMode", "ToolOutput", "ExecSource", "parse_exec_source", "PragmaError",
+        "truncate_middle", "truncate_items", "render_typescript", "NamespaceDescription",
     }  # fmt: skip
     assert design <= set(codemode.__all__)
 
@@ -48,3 +53,16 @@ def test_normalize_identifier() -> None:
     assert codemode.normalize_identifier("") == "_"
     assert codemode.normalize_identifier("a.b c$") == "a_b_c$"
     assert codemode.normalize_identifier("é") == "_"
+
+
+def test_model_layer_loads_trio_only_for_code_mode() -> None:
+    # `import codemode` is also how the host reaches the sans-IO protocol package.
+    code = (
+        "import sys, codemode; before = 'trio' in sys.modules; codemode.CodeMode; "
+        "print(before, 'trio' in sys.modules, 'codemode_host' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.split() == ["False", "True", "False"]
+    assert issubclass(codemode.PragmaError, codemode.CodeModeError)

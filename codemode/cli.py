@@ -1,0 +1,149 @@
+"""The `codemode` command: run a JavaScript file as a cell, or describe the model's tools.
+
+    codemode run FILE.js [--tools MODULE:ATTR]... [--yield-time-ms N] [--max-tokens N]
+                         [--in-process]
+    codemode describe [--tools MODULE:ATTR]... [--json [--api openai|anthropic]]
+
+Exit status: 0 the cell completed, 1 it failed, 2 a usage error, 3 it was terminated (SIGTERM
+terminates it), 130 interrupted (Ctrl-C terminates it too).
+
+Rules:
+1. Standard output holds exactly what the model would see (`run`) or read (`describe`);
+   anything else (progress, notifications, logs, errors) goes to standard error.
+2. A usage error is one line on standard error and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from ._cli_inputs import UsageError, load_tools, read_source
+
+USAGE_ERROR = 2
+INTERRUPTED = 130
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="codemode",
+        description="Run JavaScript cells the way a model's exec tool does, with Python tools.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    tools_help = (
+        "a toolbox to enable, as a dotted module and attribute (examples.weather_tools:toolbox); "
+        "the working directory is importable; repeat to combine several"
+    )
+
+    run = commands.add_parser(
+        "run",
+        help="run a JavaScript file as one cell and print what the model would see",
+        description=(
+            "Run FILE as one exec cell, waiting through its yields, and print each response's "
+            "items as the model sees them (a blank line between responses). Exit status: 0 "
+            "completed, 1 failed, 2 usage error, 3 terminated (SIGTERM terminates the cell), "
+            "130 interrupted (Ctrl-C terminates the cell)."
+        ),
+    )
+    run.add_argument("file", metavar="FILE.js", help="the JavaScript source of the cell")
+    run.add_argument("--tools", action="append", default=[], metavar="MODULE:ATTR", help=tools_help)
+    run.add_argument(
+        "--yield-time-ms",
+        type=_count,
+        metavar="N",
+        help="yield after N ms (exec and each wait; default: the file's pragma, or 10000)",
+    )
+    run.add_argument(
+        "--max-tokens",
+        type=_count,
+        metavar="N",
+        help="token budget of each response (default: the file's pragma, or 10000)",
+    )
+    run.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run the cell in this process instead of a host process",
+    )
+
+    describe = commands.add_parser(
+        "describe",
+        help="print the exec tool's description, or the model's tool specs as JSON",
+        description=(
+            "Print the exec tool's description with the declarations of the enabled tools, or "
+            "with --json the exec and wait tool specs for a model API."
+        ),
+    )
+    describe.add_argument(
+        "--tools", action="append", default=[], metavar="MODULE:ATTR", help=tools_help
+    )
+    describe.add_argument("--json", action="store_true", help="print the tool specs as JSON")
+    describe.add_argument(
+        "--api",
+        choices=["openai", "anthropic"],
+        help="the model API of the JSON specs (with --json; default openai)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the `codemode` command.
+
+    Args:
+        argv: the arguments (default: `sys.argv[1:]`).
+
+    Returns:
+        The exit status.
+    """
+    arguments = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="codemode: %(name)s: %(message)s")
+    try:
+        if arguments.command == "describe":
+            return _describe(arguments)
+        return _run(arguments)
+    except UsageError as error:
+        print(f"codemode: {error}", file=sys.stderr)
+        return USAGE_ERROR
+    except KeyboardInterrupt:  # before the cell started (importing the tools, say)
+        return INTERRUPTED
+
+
+def _describe(arguments: argparse.Namespace) -> int:
+    from .model import exec_description, tool_specs
+
+    if arguments.api is not None and not arguments.json:
+        raise UsageError("describe: --api applies only with --json")
+    definitions = load_tools(arguments.tools).definitions()
+    if arguments.json:
+        specs = tool_specs(arguments.api or "openai", definitions)
+        sys.stdout.write(json.dumps(specs, indent=2, ensure_ascii=False) + "\n")
+    else:
+        sys.stdout.write(exec_description(definitions) + "\n")
+    return 0
+
+
+def _run(arguments: argparse.Namespace) -> int:
+    import trio
+
+    from ._cli_run import RunOptions, run_file
+
+    source = read_source(arguments.file)
+    tools = load_tools(arguments.tools)
+    options = RunOptions(
+        yield_time_ms=arguments.yield_time_ms,
+        max_tokens=arguments.max_tokens,
+        in_process=arguments.in_process,
+    )
+    return trio.run(run_file, source, tools, options, sys.stdout, sys.stderr)

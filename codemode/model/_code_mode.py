@@ -1,0 +1,260 @@
+"""`CodeMode`: the `exec` and `wait` tools of one session, ready to hand to a model.
+
+Rules:
+1. `exec` parses the pragma, starts a cell with the augmented tool definitions and formats its
+   first response; `wait` observes (or terminates) a cell and formats what it gets. Errors the
+   model can act on (a refused pragma, bad arguments, a busy cell, a session shutting down) come
+   back as a tool-level error output, never as an exception.
+2. The wall time runs from the start of the call; the token budget is the pragma's
+   `max_output_tokens` for `exec`, the call's own `max_tokens` for `wait`, 10000 otherwise.
+3. Cheaper waiting, off unless asked for: `min_yield_time_ms` raises every observation window
+   (exec and wait) to a floor; `max_empty_wait_ms` makes a `wait` whose window ends with no new
+   output, while the cell still runs, keep observing (in windows of the call's own length, at
+   least `MIN_EMPTY_WAIT_WINDOW_MS`) until that many milliseconds have passed since the call
+   began; the first output, the completion or the termination ends it as usual.
+4. A cancelled `exec` terminates the cell it started, since the model never learned its id:
+   shielded, and bounded by `ABANDON_TIMEOUT` seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
+
+import trio
+
+from .._api import (
+    ExecuteRequest,
+    RuntimeResponse,
+    Session,
+    SessionDelegate,
+    ToolDefinition,
+    WaitOutcome,
+    WaitRequest,
+    Yielded,
+)
+from ..errors import CodeModeError
+from ._arguments import ArgumentsError, WaitArguments, exec_text, wait_arguments
+from ._descriptions import (
+    EXEC_TOOL_NAME,
+    WAIT_TOOL_NAME,
+    NamespaceDescription,
+    augment_tool_definition,
+)
+from ._descriptions import exec_description as _exec_description
+from ._descriptions import wait_description as _wait_description
+from ._images import has_images, prepare_images
+from ._output import ToolKindName, ToolOutput, error_output, format_response
+from ._pragma import PragmaError, parse_exec_source
+from ._specs import ModelApi
+from ._specs import tool_specs as _tool_specs
+
+ABANDON_TIMEOUT = 5.0
+"""Seconds a cancelled `exec` waits for the termination of the cell it started."""
+
+DEFAULT_YIELD_TIME_MS = 10_000
+
+MIN_EMPTY_WAIT_WINDOW_MS = 1_000
+"""The shortest window in which a `wait` keeps observing a silent cell (`max_empty_wait_ms`),
+so that a model's 0 ms window does not turn into a busy loop of observations."""
+
+
+class CodeMode:
+    """The model-facing `exec` and `wait` tools over one session.
+
+    Args:
+        session: the session whose cells run the code.
+        delegate: runs the nested tools and receives notifications.
+        tools: the nested tools the cells may call, in `ALL_TOOLS` order.
+        namespace_descriptions: headings of the exec description, keyed by
+            `ToolName.namespace`.
+        deferred_tools_available: tell the model that some tools may be missing from the
+            description (and how to find them in `ALL_TOOLS`).
+        min_yield_time_ms: the shortest observation window a model may ask for (None: any).
+        max_empty_wait_ms: how long a `wait` keeps observing a running cell that has no new
+            output, in total (None: it answers when its window ends).
+
+    Raises:
+        ValueError: a negative `min_yield_time_ms` or `max_empty_wait_ms`.
+
+    Every method may be called concurrently with the others (a model may call tools in
+    parallel); `CodeMode` keeps no state of its own between calls.
+    """
+
+    tool_names: ClassVar[tuple[str, str]] = (EXEC_TOOL_NAME, WAIT_TOOL_NAME)
+    """The names `call` dispatches."""
+
+    def __init__(
+        self,
+        session: Session,
+        delegate: SessionDelegate,
+        tools: Iterable[ToolDefinition],
+        *,
+        namespace_descriptions: Mapping[str, NamespaceDescription] | None = None,
+        deferred_tools_available: bool = False,
+        min_yield_time_ms: int | None = None,
+        max_empty_wait_ms: int | None = None,
+    ) -> None:
+        for name, value in (
+            ("min_yield_time_ms", min_yield_time_ms),
+            ("max_empty_wait_ms", max_empty_wait_ms),
+        ):
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must not be negative, got {value}")
+        self._session = session
+        self._delegate = delegate
+        self._tools = list(tools)
+        self._enabled = [augment_tool_definition(tool) for tool in self._tools]
+        self._namespaces = dict(namespace_descriptions or {})
+        self._deferred = deferred_tools_available
+        self._min_yield_time_ms = min_yield_time_ms
+        self._max_empty_wait_ms = max_empty_wait_ms
+
+    def exec_description(self) -> str:
+        """The `exec` tool's description, with the declarations of the nested tools."""
+        return _exec_description(
+            self._tools,
+            namespace_descriptions=self._namespaces,
+            deferred_tools_available=self._deferred,
+        )
+
+    def wait_description(self) -> str:
+        """The `wait` tool's description."""
+        return _wait_description()
+
+    def tool_specs(self, api: ModelApi) -> list[dict[str, Any]]:
+        """The `exec` and `wait` tool definitions for `"openai"` or `"anthropic"`."""
+        return _tool_specs(
+            api,
+            self._tools,
+            namespace_descriptions=self._namespaces,
+            deferred_tools_available=self._deferred,
+        )
+
+    async def call(self, name: str, call_id: str, payload: Any) -> ToolOutput:
+        """Run the model's call of `exec` or `wait`, in either API's shape.
+
+        Args:
+            name: `"exec"` or `"wait"`.
+            call_id: the model's id of the call (the `call_id` of the cell's notifications).
+            payload: for `exec`, the raw text (OpenAI) or `{"code": text}` (Anthropic); for
+                `wait`, the JSON text of the arguments (OpenAI) or the decoded object
+                (Anthropic).
+
+        Raises:
+            ValueError: `name` is not one of `CodeMode.tool_names`.
+        """
+        if name == EXEC_TOOL_NAME:
+            try:
+                text = exec_text(payload)
+            except ArgumentsError as error:
+                return error_output(str(error), tool="exec")
+            return await self.exec(call_id, text)
+        if name == WAIT_TOOL_NAME:
+            return await self.wait(payload)
+        raise ValueError(f"code mode has no tool named {name!r} (only 'exec' and 'wait')")
+
+    async def exec(self, tool_call_id: str, text: str) -> ToolOutput:
+        """Run the model's `exec` call: start a cell and return its first response.
+
+        Args:
+            tool_call_id: the model's id of the call; the cell's notifications carry it.
+            text: the raw JavaScript, optionally with the `// @exec:` pragma line.
+
+        Cancellation: cancelling this call once the cell is started terminates the cell
+        (shielded, at most `ABANDON_TIMEOUT` seconds), since no one else knows its id.
+        """
+        started_at = trio.current_time()
+        try:
+            source = parse_exec_source(text)
+        except PragmaError as error:
+            return error_output(str(error), tool="exec")
+        request = ExecuteRequest(
+            tool_call_id=tool_call_id,
+            source=source.code,
+            enabled_tools=self._enabled,
+            yield_time_ms=self._window(source.yield_time_ms),
+            max_output_tokens=source.max_output_tokens,
+        )
+        try:
+            started = await self._session.execute(request, self._delegate)
+        except CodeModeError as error:
+            return error_output(str(error), tool="exec")
+        try:
+            try:
+                response = await started.initial_response()
+            except CodeModeError as error:
+                return error_output(str(error), tool="exec", cell_id=started.cell_id)
+            return await self._format(response, started_at, source.max_output_tokens, "exec")
+        except BaseException:
+            await self._abandon(started.cell_id)
+            raise
+
+    async def wait(self, arguments: Any) -> ToolOutput:
+        """Run the model's `wait` call: observe a cell (or terminate it).
+
+        Args:
+            arguments: the call's decoded JSON object (its JSON text is accepted too).
+        """
+        started_at = trio.current_time()
+        try:
+            parsed = wait_arguments(arguments)
+        except ArgumentsError as error:
+            return error_output(str(error), tool="wait")
+        try:
+            if parsed.terminate:
+                outcome = await self._session.terminate(parsed.cell_id)
+            else:
+                outcome = await self._observe(parsed, started_at)
+        except CodeModeError as error:
+            return error_output(str(error), tool="wait", cell_id=parsed.cell_id)
+        return await self._format(outcome.response, started_at, parsed.max_tokens, "wait")
+
+    def _window(self, yield_time_ms: int | None) -> int | None:
+        if self._min_yield_time_ms is None:
+            return yield_time_ms
+        chosen = DEFAULT_YIELD_TIME_MS if yield_time_ms is None else yield_time_ms
+        return max(chosen, self._min_yield_time_ms)
+
+    async def _observe(self, arguments: WaitArguments, started_at: float) -> WaitOutcome:
+        window = self._window(arguments.yield_time_ms)
+        assert window is not None
+        request = WaitRequest(cell_id=arguments.cell_id, yield_time_ms=window)
+        outcome = await self._session.wait(request)
+        if self._max_empty_wait_ms is None:
+            return outcome
+        deadline = started_at + self._max_empty_wait_ms / 1000
+        step = max(window, MIN_EMPTY_WAIT_WINDOW_MS)
+        while isinstance(outcome.response, Yielded) and not outcome.response.content_items:
+            remaining_ms = math.ceil((deadline - trio.current_time()) * 1000)
+            if remaining_ms <= 0:
+                break
+            request = WaitRequest(cell_id=arguments.cell_id, yield_time_ms=min(step, remaining_ms))
+            outcome = await self._session.wait(request)
+        return outcome
+
+    async def _format(
+        self,
+        response: RuntimeResponse,
+        started_at: float,
+        max_tokens: int | None,
+        tool: ToolKindName,
+    ) -> ToolOutput:
+        items = response.content_items
+        if has_images(items):
+            items = await trio.to_thread.run_sync(prepare_images, items)
+        return format_response(
+            response,
+            items,
+            wall_time=trio.current_time() - started_at,
+            max_tokens=max_tokens,
+            tool=tool,
+        )
+
+    async def _abandon(self, cell_id: str) -> None:
+        with trio.CancelScope(shield=True), trio.move_on_after(ABANDON_TIMEOUT):
+            try:
+                await self._session.terminate(cell_id)
+            except CodeModeError:
+                pass  # the cell or its host is gone already: nothing is left to stop
