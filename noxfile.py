@@ -1,10 +1,11 @@
-"""Development sessions: tests, lint, typecheck, bench.
+"""Development sessions: tests, lint, typecheck, bench, mindeps.
 
 Each session installs the project with its dev extras into its own virtual environment.
 """
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import nox
@@ -41,3 +42,27 @@ def bench(session: nox.Session) -> None:
     session.install("-e", ".[dev]")
     for script in sorted(Path("benchmarks").glob("*_bench.py")):
         session.run("python", str(script))
+
+
+def _lower_bounds() -> list[str]:
+    """The runtime dependencies of pyproject.toml pinned to their lower bounds."""
+    project = tomllib.loads(Path("pyproject.toml").read_text())["project"]
+    pins = []
+    for requirement in project["dependencies"]:
+        name, _, bound = requirement.partition(">=")
+        if not bound:
+            raise ValueError(f"runtime dependency without a lower bound: {requirement}")
+        pins.append(f"{name.strip()}=={bound.strip()}")
+    return pins
+
+
+@nox.session
+def mindeps(session: nox.Session) -> None:
+    """The suite with every runtime dependency at the lowest version pyproject.toml allows."""
+    constraints = Path(session.create_tmp()) / "lower-bounds.txt"
+    constraints.write_text("\n".join(_lower_bounds()) + "\n")
+    session.install("-c", str(constraints), "-e", ".[dev]")
+    session.run(
+        "python", "-c", "import trio, msgspec; print(trio.__version__, msgspec.__version__)"
+    )
+    session.run("pytest", *session.posargs)

@@ -71,3 +71,5 @@ from ._messages import ToolInvoke as ToolInvoke
 from ._messages import ToolResult as ToolResult
 from ._messages import Wait as Wait
 from ._messages import WaitCompleted as WaitCompleted
+from ._statetable import IllegalMoveError as IllegalMoveError
+from ._statetable import StateTable as StateTable

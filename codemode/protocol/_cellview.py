@@ -30,9 +30,9 @@ from .._api import (
     WaitOutcome,
     Yielded,
 )
-from .._statetable import StateTable
 from ._errors import LocalProtocolError
 from ._messages import Err
+from ._statetable import StateTable
 
 ObservationResult = WaitOutcome | Err
 """What an observation comes back with: the outcome, or the error the host gave."""

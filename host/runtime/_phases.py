@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import enum
 
-from codemode._statetable import StateTable
+from codemode.protocol import StateTable
 
 
 class Lifecycle(enum.Enum):

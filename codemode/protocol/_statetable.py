@@ -5,8 +5,9 @@ trigger)` for every change and never assigns a state by hand, so an illegal move
 it happens, with an error naming the table, the state and the trigger. The tables themselves are
 the documentation: `docs/architecture.md` prints them (`rows()`), and a test keeps the two equal.
 
-Pure standard library: used by the runtime's cells (`codemode_host.runtime`) and by the wire's
-client connection (`codemode.protocol`).
+Pure standard library. The protocol's client connection keeps its cell views with it, and the
+host's runtime its cell phases (it is the one helper of this package the runtime uses: it
+carries no wire knowledge).
 """
 
 from __future__ import annotations

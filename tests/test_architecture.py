@@ -1,0 +1,105 @@
+"""docs/architecture.md stays true: the import rules of each layer, and the state tables."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+from codemode_host.runtime import LIFECYCLE, OBSERVATION
+
+from codemode.protocol import StateTable
+from codemode.protocol._cellview import OBSERVATION as CLIENT_OBSERVATION
+from tests.typecheck import ROOT
+
+DOC = ROOT / "docs" / "architecture.md"
+
+
+def _imports(path: Path, package: str) -> set[str]:
+    """The absolute names of the modules (and `module.name`s) `path` imports."""
+    tree = ast.parse(path.read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                if node.level > 1:
+                    base = base[: -(node.level - 1)]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            names.add(module)
+            names.update(f"{module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _modules(folder: str, package: str) -> list[tuple[Path, str, set[str]]]:
+    found = []
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        relative = path.relative_to(ROOT / folder).with_suffix("")
+        parts = [package, *relative.parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+            owner = ".".join(parts)
+        else:
+            owner = ".".join(parts[:-1])
+        found.append((path, owner, _imports(path, owner)))
+    return found
+
+
+def _ours(names: set[str], prefix: str) -> set[str]:
+    return {name for name in names if name == prefix or name.startswith(prefix + ".")}
+
+
+def test_the_protocol_imports_no_trio_no_host() -> None:
+    for path, _, names in _modules("codemode/protocol", "codemode.protocol"):
+        codemode = {n for n in _ours(names, "codemode") if not n.startswith("codemode.protocol")}
+        allowed = ("codemode._api", "codemode.errors")
+        assert all(n.startswith(allowed) for n in codemode), (path, codemode)
+        assert not _ours(names, "trio"), path
+        assert not _ours(names, "codemode_host"), path
+
+
+def test_only_the_in_process_provider_imports_the_host() -> None:
+    for path, _, names in _modules("codemode", "codemode"):
+        if path.name == "inprocess.py":
+            assert not _ours(names, "codemode_host.server"), path
+            continue
+        assert not _ours(names, "codemode_host"), path
+
+
+def test_the_host_imports_only_the_front_door_the_protocol_and_the_trio_helpers() -> None:
+    allowed = ("codemode.errors", "codemode.protocol", "codemode._trio")
+    for path, owner, names in _modules("host", "codemode_host"):
+        for name in _ours(names, "codemode"):
+            front_door = name.count(".") == 1 and not name.split(".")[1].startswith("_")
+            front_door = front_door or name == "codemode"
+            if front_door and name not in {
+                "codemode.process",
+                "codemode.inprocess",
+                "codemode.model",
+            }:
+                continue
+            assert name.startswith(allowed), (path, name)
+        if owner.startswith("codemode_host.runtime"):
+            protocol = _ours(names, "codemode.protocol") - {"codemode.protocol"}
+            assert protocol <= {"codemode.protocol.StateTable"}, (path, protocol)
+        if owner.startswith("codemode_host.engine"):
+            assert not _ours(names, "codemode_host.runtime"), path
+            assert {n for n in _ours(names, "codemode") if n != "codemode"} <= {
+                "codemode._trio",
+                "codemode._trio.open_service_nursery",
+            }, path
+
+
+@pytest.mark.parametrize("table", [LIFECYCLE, OBSERVATION, CLIENT_OBSERVATION], ids=str)
+def test_the_documented_state_tables_are_the_code(table: StateTable[object, object]) -> None:  # type: ignore[type-var]
+    text = DOC.read_text()
+    match = re.search(
+        rf"<!-- table: {re.escape(table.name)} -->\n(.*?)\n<!-- end table -->", text, re.S
+    )
+    assert match is not None, f"docs/architecture.md has no table {table.name!r}"
+    assert match.group(1) == table.markdown()
