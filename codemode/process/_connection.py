@@ -6,8 +6,8 @@ handshake succeeded):
 
 - the writer sends whatever the connection queued, all of it in one write;
 - the reader feeds bytes to the connection and dispatches its events (`_pump`): answers land in
-  one-shot slots, reverse calls run as tasks in their cell's `CallbackGroup`, `cell/closed`
-  cancels a cell's calls and calls `cell_closed` once they returned or after the grace;
+  one-shot slots (one refused by a cancelled caller goes back to the connection at once),
+  reverse calls and cell closings go to the link's cells (`_delegates.ClientCells`);
 - the supervisor waits for the process; stderr is forwarded from the moment of the spawn.
 
 Rules:
@@ -26,12 +26,11 @@ import logging
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-import msgspec
 import trio
 
 from .._api import CellLimits, ExecuteRequest, SessionDelegate
-from .._trio import CLEANUP_GRACE, CallbackGroup, OneShot, open_service_nursery
-from ..errors import ErrorKind, HostLostError, ToolError, tool_failure_message
+from .._trio import CLEANUP_GRACE, OneShot, open_service_nursery
+from ..errors import HostLostError
 from ..protocol import (
     LIMITS_CAPABILITY,
     NEED_DATA,
@@ -48,12 +47,10 @@ from ..protocol import (
     HandshakeRejected,
     HostResponse,
     InitialAnswered,
-    NotificationDelivered,
     Ok,
     RemoteProtocolError,
-    ToolInvoke,
-    ToolResult,
 )
+from ._delegates import ClientCell, ClientCells
 from ._host_process import StderrTail, spawn_host
 
 logger = logging.getLogger("codemode.process")
@@ -67,19 +64,6 @@ READ_CHUNK = 1 << 20
 
 HostResult = Ok[HostResponse] | Err
 InitialResult = Ok[Any] | Err
-
-
-class ClientCell:
-    """A live cell as the client sees it: who to call back, and its calls in flight."""
-
-    def __init__(
-        self, session_id: str, public_id: str, delegate: SessionDelegate, nursery: trio.Nursery
-    ) -> None:
-        self.session_id = session_id
-        self.public_id = public_id
-        self.delegate = delegate
-        self.calls = CallbackGroup(nursery)
-        self.closed = trio.Event()
 
 
 class _Execute:
@@ -104,7 +88,6 @@ class HostLink:
         self._connection = ClientConnection(optional_capabilities=[LIMITS_CAPABILITY])
         self._stderr = StderrTail()
         self._process: trio.Process | None = None
-        self._nursery: trio.Nursery | None = None
         self._life: trio.CancelScope | None = None
         self._queued = trio.Event()
         self._handshake: OneShot[HandshakeCompleted | HandshakeRejected | None] = OneShot()
@@ -112,9 +95,7 @@ class HostLink:
         self._answers: dict[int, tuple[OneShot[HostResult | HostLostError], str]] = {}
         self._initials: dict[int, tuple[OneShot[InitialResult | HostLostError], str]] = {}
         self._executes: dict[int, _Execute] = {}
-        self._cells: dict[tuple[str, str], ClientCell] = {}
-        self._closing_cells: dict[tuple[str, str], ClientCell] = {}
-        self._calls: dict[int, trio.CancelScope] = {}
+        self._cells = ClientCells(self._connection, self._flush)
         self._stdout_done = trio.Event()
         self._ended = trio.Event()
         self._finished = trio.Event()
@@ -144,7 +125,7 @@ class HostLink:
         try:
             with trio.CancelScope() as self._life:
                 async with open_service_nursery() as nursery:
-                    self._nursery = nursery
+                    self._cells.serve_in(nursery)
                     nursery.start_soon(self._stderr.forward, process.stderr)
                     nursery.start_soon(self._write, process.stdin)
                     nursery.start_soon(self._read, process.stdout)
@@ -153,7 +134,7 @@ class HostLink:
                     self._life.shield = True  # rule 3
                     task_status.started()
                     await self._ended.wait()
-                    await self._wait_closing_cells()
+                    await self._cells.wait_closing()
                     nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
@@ -218,18 +199,10 @@ class HostLink:
             for slot, _ in slots.values():
                 slot.set(failure)
         self._executes.clear()
-        for scope in self._calls.values():
-            scope.cancel()
-        self._calls.clear()
-        for key in list(self._cells):
-            self._close_cell(key)
+        self._cells.close_all()
         if self._process is not None and self._process.returncode is None:
             self._process.kill()
         self._ended.set()
-
-    async def _wait_closing_cells(self) -> None:
-        while self._closing_cells:
-            await next(iter(self._closing_cells.values())).closed.wait()
 
     # ---- the wire --------------------------------------------------------------------------
 
@@ -292,18 +265,21 @@ class HostLink:
             case Answered(request_id=request_id, result=result):
                 context = self._executes.pop(request_id, None)
                 if context is not None and isinstance(result, Ok):
-                    self._admit(context, result.value)
+                    assert isinstance(result.value, ExecutionStarted)
+                    wire_id = result.value.cell_id
+                    public_id = context.public_id(wire_id)
+                    self._cells.admit((context.session_id, wire_id), public_id, context.delegate)
                 self._deliver(self._answers.pop(request_id, None), request_id, result)
             case InitialAnswered(request_id=request_id, result=initial):
                 self._deliver(self._initials.pop(request_id, None), request_id, initial)
             case DelegateRequested():
-                self._start_call(event)
+                if not self._cells.start_call(event):
+                    # The connection knows the cell and we do not: a bug here, not the host's.
+                    self._lost(f"code-mode client has no delegate for cell {event.cell_id}")
             case DelegateCancelled(call_id=call_id):
-                scope = self._calls.pop(call_id, None)
-                if scope is not None:
-                    scope.cancel()
+                self._cells.cancel_call(call_id)
             case CellEnded(session_id=session_id, cell_id=cell_id):
-                self._close_cell((session_id, cell_id))
+                self._cells.close((session_id, cell_id))
             case HandshakeCompleted() | HandshakeRejected():
                 self._handshake.set(event)
             case ConnectionEnded():
@@ -330,13 +306,21 @@ class HostLink:
             raise self.failure
 
     async def _await(self, request_id: int, session_id: str) -> HostResult:
-        slot: OneShot[HostResult | HostLostError] = OneShot()
-        self._answers[request_id] = (slot, session_id)
+        result: HostResult = await self._answer_of(self._answers, request_id, session_id)
+        return result
+
+    async def _answer_of(
+        self, slots: dict[int, tuple[OneShot[Any], str]], request_id: int, session_id: str
+    ) -> Any:
+        """Await the answer of `request_id` in one of the slot books; a cancelled caller
+        retires the request (`_retire`)."""
+        slot: OneShot[Any] = OneShot()
+        slots[request_id] = (slot, session_id)
         self._pump()
         try:
             answer = await slot.get()
         except BaseException:
-            self._answers.pop(request_id, None)
+            slots.pop(request_id, None)
             self._retire(request_id, slot)
             raise
         if isinstance(answer, HostLostError):
@@ -376,18 +360,8 @@ class HostLink:
         """Take and await the initial response of execute `request_id` (cancelled: retired)."""
         self._check()
         self._connection.take_initial(request_id)
-        slot: OneShot[InitialResult | HostLostError] = OneShot()
-        self._initials[request_id] = (slot, session_id)
-        self._pump()
-        try:
-            answer = await slot.get()
-        except BaseException:
-            self._initials.pop(request_id, None)
-            self._retire(request_id, slot)
-            raise
-        if isinstance(answer, HostLostError):
-            raise answer
-        return answer
+        result: InitialResult = await self._answer_of(self._initials, request_id, session_id)
+        return result
 
     def release_initial(self, request_id: int) -> None:
         if self.alive:
@@ -410,8 +384,7 @@ class HostLink:
 
     def cells_of(self, session_id: str) -> list[ClientCell]:
         """The session's cells that are live or closing (their `cell_closed` still to come)."""
-        cells = [*self._cells.values(), *self._closing_cells.values()]
-        return [cell for cell in cells if cell.session_id == session_id]
+        return self._cells.of_session(session_id)
 
     async def settle(self, session_id: str, cell_id: str, *, closed: bool) -> None:
         """Wait until the cell's reverse calls returned (or, with `closed`, until its
@@ -419,85 +392,10 @@ class HostLink:
 
         The host cancels a cell's calls before it answers with the cell's end; this makes
         that answer reach its caller after the application's delegate saw the cancellation,
-        as in-process (DESIGN section 4). Shielded: the answer is already taken.
+        as in-process (DESIGN section 4).
         """
-        key = (session_id, cell_id)
-        cell = self._cells.get(key) or self._closing_cells.get(key)
-        if cell is None:
-            return
-        with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT + CLEANUP_GRACE):
-            if closed:
-                await cell.closed.wait()
-            else:
-                await cell.calls.wait_idle()
-
-    # ---- cells and reverse calls -----------------------------------------------------------
-
-    def _admit(self, context: _Execute, value: object) -> None:
-        assert isinstance(value, ExecutionStarted)
-        assert self._nursery is not None
-        public_id = context.public_id(value.cell_id)
-        cell = ClientCell(context.session_id, public_id, context.delegate, self._nursery)
-        self._cells[(context.session_id, value.cell_id)] = cell
-
-    def _close_cell(self, key: tuple[str, str]) -> None:
-        """Cancel the cell's calls; `cell_closed` once they returned or after the grace."""
-        cell = self._cells.pop(key, None)
-        if cell is None:
-            return
-        cell.calls.cancel("the cell closed")
-        self._closing_cells[key] = cell
-        assert self._nursery is not None
-        self._nursery.start_soon(self._finish_cell, key, cell)
-
-    async def _finish_cell(self, key: tuple[str, str], cell: ClientCell) -> None:
-        with trio.move_on_after(CLEANUP_GRACE):
-            await cell.calls.wait_idle()
-        try:
-            cell.delegate.cell_closed(cell.public_id)
-        except Exception:
-            logger.exception("cell_closed(%r) raised", cell.public_id)
-        finally:
-            del self._closing_cells[key]
-            cell.closed.set()
-
-    def _start_call(self, event: DelegateRequested) -> None:
-        cell = self._cells.get((event.session_id, event.cell_id))
-        if cell is None:  # the connection knows the cell; we do not: a bug, not the host's
-            self._lost(f"code-mode client has no delegate for cell {event.cell_id}")
-            return
-        self._calls[event.call_id] = cell.calls.start(self._run_call, event, cell)
-
-    async def _run_call(self, event: DelegateRequested, cell: ClientCell) -> None:
-        request = event.request
-        result: Ok[ToolResult | NotificationDelivered] | Err
-        try:
-            if isinstance(request, ToolInvoke):
-                # The delegate sees the public cell id (`g2:1` after a host restart).
-                call = msgspec.structs.replace(request.invocation, cell_id=cell.public_id)
-                result = Ok(value=ToolResult(result=await cell.delegate.invoke_tool(call)))
-            else:
-                await cell.delegate.notify(request.call_id, cell.public_id, request.text)
-                result = Ok(value=NotificationDelivered())
-        except ToolError as error:
-            result = Err(kind=ErrorKind.TOOL, message=error.text)
-        except Exception as error:
-            logger.warning("code-mode delegate task failed", exc_info=True)
-            result = Err(kind=ErrorKind.TOOL, message=_failure_text(event, error))
-        finally:
-            self._calls.pop(event.call_id, None)
-        try:
-            self._connection.send_delegate_response(event.call_id, result)
-        except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as error:
-            failure = Err(kind=ErrorKind.TOOL, message=_failure_text(event, error))
-            self._connection.send_delegate_response(event.call_id, failure)
-        self._flush()
-
-
-def _failure_text(event: DelegateRequested, error: BaseException) -> str:
-    if isinstance(event.request, ToolInvoke):
-        return tool_failure_message(event.request.invocation.tool_name.name, error)
-    return f"code-mode delegate task failed: {error}"
+        bound = CLOSE_TIMEOUT + CLEANUP_GRACE
+        await self._cells.settle((session_id, cell_id), closed=closed, bound=bound)
 
 
 async def _reap(process: trio.Process) -> None:

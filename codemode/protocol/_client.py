@@ -21,7 +21,6 @@ What it owns:
 
 from __future__ import annotations
 
-import collections
 import enum
 from collections.abc import Iterable
 
@@ -32,13 +31,13 @@ from .._api import (
     LiveCell,
     RuntimeResponse,
     Terminated,
-    WaitOutcome,
-    WaitRequest,
     Yielded,
 )
 from ..errors import ErrorKind
-from ._cellview import CellView, Observation, ObservationResult, Phase, Trigger
-from ._codec import NEED_DATA, FrameDecoder, FrameEncoder, FrameTooLargeError, NeedData
+from ._cells import CellBook
+from ._cellview import CellView
+from ._codec import FrameTooLargeError
+from ._endpoint import Endpoint
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._events import (
     Answered,
@@ -79,7 +78,6 @@ from ._messages import (
     Terminate,
     ToolInvoke,
     ToolResult,
-    Wait,
     WaitCompleted,
 )
 from ._recent import RecentIds
@@ -125,7 +123,7 @@ class _Pending:
         self.internal = internal
 
 
-class ClientConnection:
+class ClientConnection(Endpoint[HostMessage, ClientEvent]):
     """One client connection to a host, from hello to loss.
 
     Args:
@@ -139,19 +137,13 @@ class ClientConnection:
         required_capabilities: Iterable[str] = (),
         optional_capabilities: Iterable[str] = (),
     ) -> None:
-        self._encoder = FrameEncoder()
-        self._decoder: FrameDecoder[HostMessage] = FrameDecoder(HostMessage)  # type: ignore[arg-type]
-        self._outgoing = bytearray()
-        self._events: collections.deque[ClientEvent] = collections.deque()
+        super().__init__(HostMessage)
         self._handshaking = True
-        self._closed = False
-        self._eof = False
         self.capabilities: frozenset[str] = frozenset()
         self._next_id = 1
         self._pending: dict[int, _Pending] = {}
-        self._observations: dict[int, Observation] = {}
         self._sessions: dict[str, bool] = {}  # id -> open (False while opening)
-        self._cells: dict[tuple[str, str], CellView] = {}
+        self._cells = CellBook(self._events, self._queue)  # type: ignore[arg-type]
         self._calls: dict[int, CellView] = {}
         self._recent_calls = RecentIds()
         self._offered = {
@@ -168,44 +160,12 @@ class ClientConnection:
 
     # ---- bytes -----------------------------------------------------------------------------
 
-    def data_to_send(self) -> bytes:
-        """Every frame queued since the last call, in order (b"" when there is none)."""
-        data, self._outgoing = bytes(self._outgoing), bytearray()
-        return data
-
-    def receive_data(self, data: bytes | bytearray) -> None:
-        """Feed bytes read from the host; b"" means end of file."""
-        if data:
-            self._decoder.receive_data(data)
-        else:
-            self._eof = True
-
-    def next_event(self) -> ClientEvent | NeedData:
-        """The next event, or NEED_DATA when more bytes must be read first.
-
-        Raises:
-            RemoteProtocolError: the host broke the protocol (framing, ids, ordering).
-        """
-        while not self._events:
-            if self._closed:
-                return NEED_DATA
-            message = self._decoder.next_message()
-            if message is NEED_DATA:
-                if not self._eof:
-                    return NEED_DATA
-                if self._decoder.buffered:
-                    raise RemoteProtocolError("EOF inside a code-mode IPC frame")
-                self._closed = True
-                return ConnectionEnded()
-            self._receive(message)
-        return self._events.popleft()
-
     def statistics(self) -> ClientStatistics:
         """Counts of what the connection holds (for leak checks and capacity)."""
         return ClientStatistics(
             requests=len(self._pending),
-            observations=len(self._observations),
-            cells=len(self._cells),
+            observations=len(self._cells.observations),
+            cells=len(self._cells.cells),
             calls=len(self._calls),
             sessions=len(self._sessions),
         )
@@ -219,10 +179,10 @@ class ClientConnection:
         """The connection is over (host gone, stream broken, protocol error): forget
         everything. Returns the (session id, cell id) of every cell not yet closed."""
         self._closed = True
-        live = [key for key, view in self._cells.items() if not view.closed]
+        live = [key for key, view in self._cells.cells.items() if not view.closed]
         self._pending.clear()
-        self._observations.clear()
-        self._cells.clear()
+        self._cells.observations.clear()
+        self._cells.cells.clear()
         self._calls.clear()
         self._sessions.clear()
         return live
@@ -250,77 +210,29 @@ class ClientConnection:
 
     def take_initial(self, request_id: int) -> None:
         """The `StartedCell` of execute `request_id` now awaits its initial response."""
-        view = self._held(request_id)
-        view.move(Trigger.TAKE_INITIAL)
-        if view.held_answer is not None:
-            answer, view.held_answer = view.held_answer, None
-            self._answer_observation(view, answer)
+        self._cells.take_initial(request_id)
 
     def release_initial(self, request_id: int) -> None:
         """The `StartedCell` of execute `request_id` gives its initial observation up: the
         cell's next `wait` may observe, and gets what that observation took."""
-        observation = self._observations.get(request_id)
-        view = observation.view if observation is not None else None
-        if observation is None or view is None or view.phase is not Phase.HELD:
-            return  # already taken, released, or the connection is gone
-        view.move(Trigger.RELEASE_INITIAL)
-        view.retired, view.observer = observation, None
-        if view.held_answer is not None:
-            answer, view.held_answer = view.held_answer, None
-            self._retired_answer(view, answer)
-        else:
-            self._queue(OperationCancel(id=request_id))
+        self._cells.release_initial(request_id)
 
     def wait(self, session_id: str, cell_id: str, yield_time_ms: int) -> int:
         """Queue an observation of the cell (or answer it from parked output, or defer it
         behind a retired observation); returns its request id."""
         self._check_session(session_id)
         request_id = self._new_id()
-        view = self._cells.get((session_id, cell_id))
-        if view is not None and view.busy:
-            self._events.append(Answered(request_id=request_id, result=_busy(cell_id)))
-            return request_id
-        observation = Observation(
-            session_id, cell_id, request_id, view=view, window_ms=yield_time_ms
-        )
-        self._observations[request_id] = observation
-        if view is None:
-            self._send_wait(observation)
-            return request_id
-        view.move(Trigger.OBSERVE)
-        view.observer = observation
-        if view.phase is Phase.OBSERVING:
-            if view.parked_final is not None:
-                self._answer_observation(view, LiveCell(response=view.parked_final))
-            else:
-                self._send_wait(observation)
+        self._cells.observe(request_id, session_id, cell_id, yield_time_ms)
         return request_id
 
     def terminate(self, session_id: str, cell_id: str) -> int:
-        """Queue `session/terminate` (or answer it from a parked completion)."""
+        """Queue `session/terminate` (or answer it from a parked completion, or refuse a
+        second one)."""
         self._check_session(session_id)
         request_id = self._new_id()
-        view = self._cells.get((session_id, cell_id))
-        if view is not None and view.terminating is not None:
-            err = Err(
-                kind=ErrorKind.ALREADY_TERMINATING,
-                message=f"exec cell {cell_id} is already terminating",
-            )
-            self._events.append(Answered(request_id=request_id, result=err))
-            return request_id
-        if view is not None and view.parked_final is not None:
-            outcome = view.merged(LiveCell(response=view.parked_final))
-            self._events.append(Answered(request_id=request_id, result=_completed(outcome)))
-            self._forget_if_done(view)
-            return request_id
-        if view is not None:
-            view.terminating = request_id
-        self._pending[request_id] = _Pending(_Kind.TERMINATE, session_id, cell_id)
-        self._queue(
-            OperationRequest(
-                id=request_id, request=Terminate(session_id=session_id, cell_id=cell_id)
-            )
-        )
+        if not self._cells.terminate_now(request_id, session_id, cell_id):
+            terminate = Terminate(session_id=session_id, cell_id=cell_id)
+            self._request(_Kind.TERMINATE, terminate, request_id=request_id)
         return request_id
 
     def shutdown_session(self, session_id: str) -> int:
@@ -340,27 +252,7 @@ class ClientConnection:
             if pending.kind is _Kind.EXECUTE:
                 self._queue(OperationCancel(id=request_id))
             return
-        observation = self._observations.get(request_id)
-        if observation is None:
-            return
-        view = observation.view
-        if view is None:
-            # A wait on a cell this connection does not know: nothing can be parked for it,
-            # its answer is dropped.
-            observation.retired = True
-            self._queue(OperationCancel(id=request_id))
-            return
-        if view.observer is not observation:
-            return
-        if view.phase is Phase.DEFERRED:
-            # Never sent: drop it, the retired observation before it stays.
-            del self._observations[request_id]
-            view.observer = None
-            view.move(Trigger.RETIRE)
-            return
-        view.move(Trigger.RETIRE)
-        view.retired, view.observer = observation, None
-        self._queue(OperationCancel(id=request_id))
+        self._cells.retire(request_id)
 
     def undelivered(
         self, request_id: int, session_id: str, result: HostResult | InitialResult
@@ -373,27 +265,14 @@ class ClientConnection:
             return
         value = result.value
         if isinstance(value, ExecutionStarted):
-            view = self._cells.get((session_id, value.cell_id))
-            if view is None:
-                return
-            self.release_initial(request_id)
-            if view.terminating is None:
-                view.terminating = self._request(
-                    _Kind.TERMINATE,
-                    Terminate(session_id=session_id, cell_id=value.cell_id),
-                    internal=True,
-                )
+            self._abandon_cell(request_id, session_id, value.cell_id, cancelled=False)
         elif isinstance(value, SessionReady):
             self._request(_Kind.SHUTDOWN, ShutdownSession(session_id=session_id), internal=True)
-        elif isinstance(value, WaitCompleted | Yielded | Completed | Terminated):
-            outcome = (
-                value.outcome if isinstance(value, WaitCompleted) else LiveCell(response=value)
-            )
-            key = (session_id, outcome.response.cell_id)
-            view = self._cells.get(key)
-            if view is None:  # closed and forgotten since: it keeps the output all the same
-                view = self._cells[key] = CellView.parked_for(session_id, key[1])
-            view.park(outcome)
+        elif isinstance(value, WaitCompleted):
+            if isinstance(value.outcome, LiveCell):
+                self._cells.take_back(session_id, value.outcome.response)
+        elif isinstance(value, Yielded | Completed | Terminated):
+            self._cells.take_back(session_id, value)
 
     def send_delegate_response(self, call_id: int, result: DelegateResult) -> bool:
         """Answer reverse call `call_id`; False (nothing queued) if the host no longer wants
@@ -415,7 +294,7 @@ class ClientConnection:
             )
         del self._calls[call_id]
         view.calls.discard(call_id)
-        self._forget_if_done(view)
+        self._cells.forget_if_done(view)
         return True
 
     # ---- incoming --------------------------------------------------------------------------
@@ -428,7 +307,7 @@ class ClientConnection:
             case OperationResponse(id=request_id, result=result):
                 self._on_response(request_id, result)
             case InitialResponse(id=request_id, result=initial):
-                self._on_initial(request_id, initial)
+                self._cells.initial_answered(request_id, initial)
             case DelegateRequest():
                 self._on_delegate_request(message)
             case DelegateCancel(id=call_id):
@@ -436,7 +315,7 @@ class ClientConnection:
                 if view is not None:  # else answered already: the two frames crossed
                     view.calls.discard(call_id)
                     self._events.append(DelegateCancelled(call_id=call_id))
-                    self._forget_if_done(view)
+                    self._cells.forget_if_done(view)
             case CellClosed(session_id=session_id, cell_id=cell_id):
                 self._on_cell_closed(session_id, cell_id)
             case Ready() | Rejected():
@@ -461,10 +340,7 @@ class ClientConnection:
         self._events.append(HandshakeCompleted(capabilities=self.capabilities))
 
     def _on_response(self, request_id: int, result: HostResult) -> None:
-        observation = self._observations.get(request_id)
-        if observation is not None and not observation.initial:
-            del self._observations[request_id]
-            self._on_observation(observation, _wait_result(observation, result))
+        if self._cells.wait_answered(request_id, result):
             return
         pending = self._pending.pop(request_id, None)
         if pending is None:
@@ -496,36 +372,27 @@ class ClientConnection:
             return
         if not isinstance(result.value, ExecutionStarted):
             raise RemoteProtocolError("code-mode host returned an invalid execute response")
-        key = (pending.session_id, result.value.cell_id)
-        if key in self._cells:
-            raise RemoteProtocolError(
-                f"code-mode host reused live cell {key[1]} in session {key[0]}"
-            )
-        view = self._cells[key] = CellView(key[0], key[1], request_id)
-        assert view.observer is not None
-        self._observations[request_id] = view.observer
+        self._cells.admit(pending.session_id, result.value.cell_id, request_id)
         if pending.abandoned:
             # The caller never learned the cell id: the cell must not run unobserved forever
             # (DESIGN 4, the cancellation rule). Its initial observation was cancelled with it.
-            view.move(Trigger.RELEASE_INITIAL)
-            view.retired, view.observer = view.observer, None
-            view.terminating = self._request(
-                _Kind.TERMINATE, Terminate(session_id=key[0], cell_id=key[1]), internal=True
-            )
+            self._abandon_cell(request_id, pending.session_id, result.value.cell_id, cancelled=True)
         # Also when abandoned: the adapter still owes the cell its delegate and `cell_closed`.
         self._events.append(Answered(request_id=request_id, result=Ok(value=result.value)))
 
+    def _abandon_cell(
+        self, request_id: int, session_id: str, cell_id: str, *, cancelled: bool
+    ) -> None:
+        """Terminate a cell whose caller never learned its id; its initial observation is
+        retired (`cancelled`: its execute's `operation/cancel` was sent already)."""
+        self._cells.release_initial(request_id, cancel=not cancelled)
+        terminating = self._new_id()
+        if not self._cells.terminate_now(terminating, session_id, cell_id):
+            terminate = Terminate(session_id=session_id, cell_id=cell_id)
+            self._request(_Kind.TERMINATE, terminate, internal=True, request_id=terminating)
+
     def _on_terminated(self, request_id: int, pending: _Pending, result: HostResult) -> None:
-        view = self._cells.get((pending.session_id, pending.cell_id))
-        if view is not None and view.terminating == request_id:
-            view.terminating = None
-        if isinstance(result, Ok):
-            outcome: ObservationResult = _checked_outcome(result.value, pending.cell_id)
-            if view is not None:
-                outcome = view.terminated(outcome)
-            result = _completed(outcome)
-        if view is not None:
-            self._forget_if_done(view)
+        result = self._cells.terminated(request_id, pending.session_id, pending.cell_id, result)
         if not pending.internal:
             self._events.append(Answered(request_id=request_id, result=result))
 
@@ -536,75 +403,9 @@ class ClientConnection:
         ):
             raise RemoteProtocolError("code-mode host returned an invalid shutdown response")
         self._sessions.pop(session_id, None)
-        for key in [key for key in self._cells if key[0] == session_id]:
-            # Observations still unanswered keep their views (their answers may follow).
-            del self._cells[key]
+        self._cells.forget_session(session_id)
         if not pending.internal:
             self._events.append(Answered(request_id=request_id, result=result))
-
-    def _on_initial(self, request_id: int, result: InitialResult) -> None:
-        observation = self._observations.get(request_id)
-        if observation is None or not observation.initial or observation.answered:
-            raise RemoteProtocolError(
-                f"code-mode host returned initial response for unknown request ID {request_id}"
-            )
-        observation.answered = True
-        if isinstance(result, Err):
-            self._on_observation(observation, result)
-            return
-        if result.value.cell_id != observation.cell_id:
-            raise RemoteProtocolError(
-                "code-mode host returned initial response for cell"
-                f" {result.value.cell_id} instead of {observation.cell_id}"
-            )
-        self._on_observation(observation, LiveCell(response=result.value))
-
-    def _on_observation(self, observation: Observation, result: ObservationResult) -> None:
-        view = observation.view
-        if view is None:
-            if not observation.retired:
-                self._emit(observation, result)
-        elif view.retired is observation:
-            self._retired_answer(view, result)
-        elif view.phase is Phase.HELD:
-            view.held_answer = result  # kept (and its observation known) until taken or released
-        else:
-            self._answer_observation(view, result)
-
-    def _retired_answer(self, view: CellView, result: ObservationResult) -> None:
-        view.park(result)
-        if view.retired is not None:
-            self._observations.pop(view.retired.request_id, None)
-        view.retired = None
-        view.move(Trigger.RETIRED_ANSWER)
-        if view.phase is Phase.OBSERVING:  # a deferred observation may go now
-            deferred = view.observer
-            assert deferred is not None
-            if view.parked_final is not None:
-                self._answer_observation(view, LiveCell(response=view.parked_final))
-            else:
-                self._send_wait(deferred)
-        self._forget_if_done(view)
-
-    def _answer_observation(self, view: CellView, result: ObservationResult) -> None:
-        observation = view.observer
-        assert observation is not None
-        self._observations.pop(observation.request_id, None)
-        view.observer = None
-        view.move(Trigger.ANSWER)
-        self._emit(observation, view.merged(result))
-        self._forget_if_done(view)
-
-    def _emit(self, observation: Observation, result: ObservationResult) -> None:
-        if observation.initial:
-            initial: InitialResult = (
-                result if isinstance(result, Err) else Ok(value=result.response)
-            )
-            self._events.append(InitialAnswered(request_id=observation.request_id, result=initial))
-        else:
-            self._events.append(
-                Answered(request_id=observation.request_id, result=_completed(result))
-            )
 
     def _on_delegate_request(self, message: DelegateRequest) -> None:
         request = message.request
@@ -613,8 +414,8 @@ class ClientConnection:
             raise RemoteProtocolError(
                 f"code-mode host delegated for unknown session {message.session_id}"
             )
-        view = self._cells.get((message.session_id, cell_id))
-        if view is None or view.closed:
+        view = self._cells.live(message.session_id, cell_id)
+        if view is None:
             raise RemoteProtocolError(
                 f"code-mode host delegated for unknown cell {cell_id}"
                 f" in session {message.session_id}"
@@ -636,8 +437,8 @@ class ClientConnection:
             raise RemoteProtocolError(
                 f"code-mode host closed cell {cell_id} in unknown session {session_id}"
             )
-        view = self._cells.get((session_id, cell_id))
-        if view is None or view.closed:
+        view = self._cells.live(session_id, cell_id)
+        if view is None:
             raise RemoteProtocolError(
                 f"code-mode host closed unknown cell {cell_id} in session {session_id}"
             )
@@ -646,12 +447,9 @@ class ClientConnection:
             self._calls.pop(call_id, None)  # cancelled with the cell: no answer may follow
         view.calls.clear()
         self._events.append(CellEnded(session_id=session_id, cell_id=cell_id))
-        self._forget_if_done(view)
+        self._cells.forget_if_done(view)
 
     # ---- helpers ---------------------------------------------------------------------------
-
-    def _queue(self, message: object) -> None:
-        self._encoder.encode_into(message, self._outgoing)
 
     def _new_id(self) -> int:
         request_id = self._next_id
@@ -678,22 +476,6 @@ class ClientConnection:
         self._pending[request_id] = pending
         return request_id
 
-    def _send_wait(self, observation: Observation) -> None:
-        request = WaitRequest(cell_id=observation.cell_id, yield_time_ms=observation.window_ms)
-        wait = Wait(session_id=observation.session_id, request=request)
-        self._queue(OperationRequest(id=observation.request_id, request=wait))
-
-    def _held(self, request_id: int) -> CellView:
-        observation = self._observations.get(request_id)
-        if observation is None or not observation.initial or observation.view is None:
-            raise LocalProtocolError(f"no initial response is held for request {request_id}")
-        return observation.view
-
-    def _forget_if_done(self, view: CellView) -> None:
-        key = (view.session_id, view.cell_id)
-        if view.forgettable and self._cells.get(key) is view:
-            del self._cells[key]
-
     def _check_usable(self) -> None:
         if self._closed:
             raise LocalProtocolError("the code-mode host connection is closed")
@@ -704,33 +486,3 @@ class ClientConnection:
         self._check_usable()
         if not self._sessions.get(session_id, False):
             raise LocalProtocolError(f"unknown code-mode session {session_id}")
-
-
-def _busy(cell_id: str) -> Err:
-    return Err(
-        kind=ErrorKind.OBSERVER_BUSY, message=f"exec cell {cell_id} already has an active observer"
-    )
-
-
-def _completed(outcome: WaitOutcome | Err) -> HostResult:
-    if isinstance(outcome, Err):
-        return outcome
-    completed: HostResult = Ok(value=WaitCompleted(outcome=outcome))
-    return completed
-
-
-def _checked_outcome(value: object, cell_id: str) -> WaitOutcome:
-    if not isinstance(value, WaitCompleted):
-        raise RemoteProtocolError("code-mode host returned an invalid cell response")
-    if value.outcome.response.cell_id != cell_id:
-        raise RemoteProtocolError(
-            f"code-mode host returned cell {value.outcome.response.cell_id}"
-            f" for request targeting {cell_id}"
-        )
-    return value.outcome
-
-
-def _wait_result(observation: Observation, result: HostResult) -> ObservationResult:
-    if isinstance(result, Err):
-        return result
-    return _checked_outcome(result.value, observation.cell_id)

@@ -23,13 +23,13 @@ What it owns (reference-host sections 3, 4.1 and 5):
 
 from __future__ import annotations
 
-import collections
 import enum
 from collections.abc import Iterable
 
 from .._api import RuntimeResponse
 from ..errors import ErrorKind
-from ._codec import NEED_DATA, FrameDecoder, FrameEncoder, FrameTooLargeError, NeedData
+from ._codec import FrameTooLargeError
+from ._endpoint import Endpoint
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._events import (
     CancelRequested,
@@ -104,7 +104,7 @@ class _Route:
         self.calls: set[int] = set()
 
 
-class HostConnection:
+class HostConnection(Endpoint[ClientMessage, HostEvent]):
     """One client connection, as the host serves it.
 
     Args:
@@ -113,13 +113,8 @@ class HostConnection:
 
     def __init__(self, *, supported_capabilities: Iterable[str] = (LIMITS_CAPABILITY,)) -> None:
         self._supported = frozenset(supported_capabilities)
-        self._encoder = FrameEncoder()
-        self._decoder: FrameDecoder[ClientMessage] = FrameDecoder(ClientMessage)  # type: ignore[arg-type]
-        self._outgoing = bytearray()
-        self._events: collections.deque[HostEvent] = collections.deque()
+        super().__init__(ClientMessage)
         self._handshaking = True
-        self._closed = False
-        self._eof = False
         self.capabilities: frozenset[str] = frozenset()
         self._active: dict[int, HostRequest] = {}
         self._finished = RecentIds()
@@ -132,39 +127,6 @@ class HostConnection:
         self._next_call = 1
 
     # ---- bytes -----------------------------------------------------------------------------
-
-    def data_to_send(self) -> bytes:
-        """Every frame queued since the last call, in order (b"" when there is none)."""
-        data, self._outgoing = bytes(self._outgoing), bytearray()
-        return data
-
-    def receive_data(self, data: bytes | bytearray) -> None:
-        """Feed bytes read from the client; b"" means end of file."""
-        if data:
-            self._decoder.receive_data(data)
-        else:
-            self._eof = True
-
-    def next_event(self) -> HostEvent | NeedData:
-        """The next event, or NEED_DATA when more bytes must be read first.
-
-        Raises:
-            RemoteProtocolError: the client broke the protocol (an undecodable or oversized
-                frame, a second hello, a repeated request id).
-        """
-        while not self._events:
-            if self._closed:
-                return NEED_DATA
-            message = self._decoder.next_message()
-            if message is NEED_DATA:
-                if not self._eof:
-                    return NEED_DATA
-                if self._decoder.buffered:
-                    raise RemoteProtocolError("EOF inside a code-mode IPC frame")
-                self._closed = True
-                return ConnectionEnded()
-            self._receive(message)
-        return self._events.popleft()
 
     def statistics(self) -> HostStatistics:
         """Counts of what the connection holds (for leak checks and admission)."""
@@ -347,9 +309,6 @@ class HostConnection:
         return _invalid(f"unknown code-mode session {session_id}")
 
     # ---- helpers ---------------------------------------------------------------------------
-
-    def _queue(self, message: object) -> None:
-        self._encoder.encode_into(message, self._outgoing)
 
     def _send_response(self, request_id: int, result: Ok[HostResponse] | Err) -> None:
         try:

@@ -1,0 +1,174 @@
+"""The client's live cells and the reverse calls the host makes for them.
+
+`ClientCells` keeps, per cell, the delegate given to `execute` and a `CallbackGroup` of its calls
+(tool calls and notifications, each a task of the link's nursery).
+
+Rules (reference-host 4.4):
+1. A reverse call runs its delegate method as a task; its answer goes back through the
+   connection, which drops it if the host cancelled the call meanwhile (never a late answer).
+2. `delegate/cancel` cancels one call; `cell/closed` (or the loss of the host) cancels all of a
+   cell's calls, and `cell_closed` runs once they returned or after the 1 s grace, exactly once.
+3. The delegate sees the cell's public id (`g2:1` after a host restart).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import msgspec
+import trio
+
+from .._api import SessionDelegate
+from .._trio import CLEANUP_GRACE, CallbackGroup
+from ..errors import ErrorKind, ToolError, tool_failure_message
+from ..protocol import (
+    ClientConnection,
+    DelegateRequested,
+    Err,
+    NotificationDelivered,
+    Ok,
+    ToolInvoke,
+    ToolResult,
+)
+
+logger = logging.getLogger("codemode.process")
+
+Key = tuple[str, str]
+"""(session id, wire cell id)."""
+
+
+class ClientCell:
+    """A live cell as the client sees it: who to call back, and its calls in flight."""
+
+    def __init__(
+        self, session_id: str, public_id: str, delegate: SessionDelegate, nursery: trio.Nursery
+    ) -> None:
+        self.session_id = session_id
+        self.public_id = public_id
+        self.delegate = delegate
+        self.calls = CallbackGroup(nursery)
+        self.closed = trio.Event()
+
+
+class ClientCells:
+    """The cells of one host link and their reverse calls.
+
+    Args:
+        connection: where answers go.
+        flush: wakes the link's writer.
+    """
+
+    def __init__(self, connection: ClientConnection, flush: Callable[[], None]) -> None:
+        self._connection = connection
+        self._flush = flush
+        self._nursery: trio.Nursery | None = None
+        self._live: dict[Key, ClientCell] = {}
+        self._closing: dict[Key, ClientCell] = {}
+        self._calls: dict[int, trio.CancelScope] = {}
+
+    def serve_in(self, nursery: trio.Nursery) -> None:
+        """Where calls and closings run (the link's nursery)."""
+        self._nursery = nursery
+
+    # ---- cells ---------------------------------------------------------------------------
+
+    def admit(self, key: Key, public_id: str, delegate: SessionDelegate) -> None:
+        assert self._nursery is not None
+        self._live[key] = ClientCell(key[0], public_id, delegate, self._nursery)
+
+    def close(self, key: Key) -> None:
+        """Cancel the cell's calls; `cell_closed` once they returned or after the grace."""
+        cell = self._live.pop(key, None)
+        if cell is None:
+            return
+        cell.calls.cancel("the cell closed")
+        self._closing[key] = cell
+        assert self._nursery is not None
+        self._nursery.start_soon(self._finish, key, cell)
+
+    def close_all(self) -> None:
+        """The link is lost: every call is cancelled, every live cell closed (once)."""
+        for scope in self._calls.values():
+            scope.cancel()
+        self._calls.clear()
+        for key in list(self._live):
+            self.close(key)
+
+    async def _finish(self, key: Key, cell: ClientCell) -> None:
+        with trio.move_on_after(CLEANUP_GRACE):
+            await cell.calls.wait_idle()
+        try:
+            cell.delegate.cell_closed(cell.public_id)
+        except Exception:
+            logger.exception("cell_closed(%r) raised", cell.public_id)
+        finally:
+            del self._closing[key]
+            cell.closed.set()
+
+    def of_session(self, session_id: str) -> list[ClientCell]:
+        """The session's cells that are live or closing (their `cell_closed` still to come)."""
+        cells = [*self._live.values(), *self._closing.values()]
+        return [cell for cell in cells if cell.session_id == session_id]
+
+    async def wait_closing(self) -> None:
+        """Wait until every closing cell's `cell_closed` ran."""
+        while self._closing:
+            await next(iter(self._closing.values())).closed.wait()
+
+    async def settle(self, key: Key, *, closed: bool, bound: float) -> None:
+        """Wait until the cell's calls returned (or, with `closed`, until its `cell_closed`
+        ran), for at most `bound` seconds; shielded (its caller already holds an answer)."""
+        cell = self._live.get(key) or self._closing.get(key)
+        if cell is None:
+            return
+        with trio.CancelScope(shield=True), trio.move_on_after(bound):
+            if closed:
+                await cell.closed.wait()
+            else:
+                await cell.calls.wait_idle()
+
+    # ---- reverse calls -------------------------------------------------------------------
+
+    def start_call(self, event: DelegateRequested) -> bool:
+        """Run a reverse call; False if the cell has no delegate here (a bug on this side)."""
+        cell = self._live.get((event.session_id, event.cell_id))
+        if cell is None:
+            return False
+        self._calls[event.call_id] = cell.calls.start(self._run_call, event, cell)
+        return True
+
+    def cancel_call(self, call_id: int) -> None:
+        scope = self._calls.pop(call_id, None)
+        if scope is not None:
+            scope.cancel()
+
+    async def _run_call(self, event: DelegateRequested, cell: ClientCell) -> None:
+        request = event.request
+        result: Ok[ToolResult | NotificationDelivered] | Err
+        try:
+            if isinstance(request, ToolInvoke):
+                call = msgspec.structs.replace(request.invocation, cell_id=cell.public_id)
+                result = Ok(value=ToolResult(result=await cell.delegate.invoke_tool(call)))
+            else:
+                await cell.delegate.notify(request.call_id, cell.public_id, request.text)
+                result = Ok(value=NotificationDelivered())
+        except ToolError as error:
+            result = Err(kind=ErrorKind.TOOL, message=error.text)
+        except Exception as error:
+            logger.warning("code-mode delegate task failed", exc_info=True)
+            result = Err(kind=ErrorKind.TOOL, message=_failure_text(event, error))
+        finally:
+            self._calls.pop(event.call_id, None)
+        try:
+            self._connection.send_delegate_response(event.call_id, result)
+        except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as error:
+            failure = Err(kind=ErrorKind.TOOL, message=_failure_text(event, error))
+            self._connection.send_delegate_response(event.call_id, failure)
+        self._flush()
+
+
+def _failure_text(event: DelegateRequested, error: BaseException) -> str:
+    if isinstance(event.request, ToolInvoke):
+        return tool_failure_message(event.request.invocation.tool_name.name, error)
+    return f"code-mode delegate task failed: {error}"
