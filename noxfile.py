@@ -58,11 +58,18 @@ def _lower_bounds() -> list[str]:
 
 @nox.session
 def mindeps(session: nox.Session) -> None:
-    """The suite with every runtime dependency at the lowest version pyproject.toml allows."""
+    """The suite with every runtime dependency at the lowest version pyproject.toml allows.
+
+    Without its mypy run: the type checker's verdict depends on the dependencies' own stubs
+    (msgspec 0.18 types `Decoder.decode` as taking `bytes` only), and the pinned development
+    environment (`nox -s typecheck`) is where typing is checked.
+    """
     constraints = Path(session.create_tmp()) / "lower-bounds.txt"
     constraints.write_text("\n".join(_lower_bounds()) + "\n")
     session.install("-c", str(constraints), "-e", ".[dev]")
     session.run(
         "python", "-c", "import trio, msgspec; print(trio.__version__, msgspec.__version__)"
     )
-    session.run("pytest", *session.posargs)
+    session.run(
+        "pytest", "--deselect", "tests/test_static_checks.py::test_mypy_strict", *session.posargs
+    )

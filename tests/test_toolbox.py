@@ -137,7 +137,11 @@ def test_schema_of_nested_structs_and_lists_keeps_their_definitions() -> None:
         "properties": {"lat": {"type": "number"}, "lon": {"type": "number"}},
         "required": ["lat", "lon"],
     }
-    assert definition(toolbox).input_schema == {
+    schema = definition(toolbox).input_schema
+    # msgspec lists a union's members in an order that changed between its releases.
+    around = schema["properties"]["around"]
+    around["anyOf"].sort(key=lambda member: "$ref" not in member)
+    assert schema == {
         "type": "object",
         "properties": {
             "places": {"type": "array", "items": {"$ref": "#/$defs/Place"}},
