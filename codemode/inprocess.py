@@ -14,6 +14,7 @@ Rules:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -28,6 +29,8 @@ from .errors import InvalidRequestError, ProviderClosedError, SessionShuttingDow
 SHUTDOWN_TIMEOUT = 5.0
 """Seconds the provider's exit waits for its sessions to shut down before cancelling them."""
 
+logger = logging.getLogger("codemode.inprocess")
+
 
 class InProcessSession:
     """A session whose cells run in this process (implements `codemode.Session`).
@@ -39,6 +42,7 @@ class InProcessSession:
         self._provider = provider
         self._runtime = runtime
         self._shutdown_done: trio.Event | None = None
+        self._shutdown_error: Exception | None = None
 
     @property
     def is_alive(self) -> bool:
@@ -89,10 +93,14 @@ class InProcessSession:
             self._shutdown_done = trio.Event()
             self._provider._nursery.start_soon(self._shut_down, self._shutdown_done)
         await self._shutdown_done.wait()
+        if self._shutdown_error is not None:
+            raise self._shutdown_error
 
     async def _shut_down(self, done: trio.Event) -> None:
         try:
             await self._runtime.shutdown()
+        except Exception as error:  # for the callers: a task of the provider must not raise
+            self._shutdown_error = error
         finally:
             self._provider._forget(self)
             done.set()
@@ -132,7 +140,14 @@ class InProcessProvider:
         self.closed = True
         async with trio.open_nursery() as nursery:
             for session in list(self._sessions):
-                nursery.start_soon(session.shutdown)
+                nursery.start_soon(_shut_down_quietly, session)
+
+
+async def _shut_down_quietly(session: InProcessSession) -> None:
+    try:
+        await session.shutdown()
+    except Exception:  # the provider closes whatever one session says; the session knows
+        logger.exception("shutting a code-mode session down failed")
 
 
 @asynccontextmanager

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 
 import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import codemode
 from codemode import (
     CellLimits,
     Completed,
@@ -295,3 +297,95 @@ def test_the_protocol_package_does_no_io() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def _framed(payload: dict[str, object]) -> bytes:
+    body = msgspec.msgpack.encode(payload)
+    return len(body).to_bytes(4, "little") + body
+
+
+def test_execute_request_integer_bounds_are_enforced() -> None:
+    for value in (-1, 2**31):
+        with pytest.raises(codemode.InvalidRequestError, match="max_output_tokens"):
+            ExecuteRequest(tool_call_id="c", source="x", max_output_tokens=value)
+        decoder: FrameDecoder[object] = FrameDecoder(ClientMessage)  # type: ignore[arg-type]
+        request = {"tool_call_id": "c", "source": "x", "max_output_tokens": value}
+        decoder.receive_data(_framed({
+            "type": "operation/request", "id": 1,
+            "request": {"method": "session/execute", "session_id": "s", "request": request},
+        }))  # fmt: skip
+        with pytest.raises(FrameDecodeError, match="max_output_tokens"):
+            decoder.next_message()
+    with pytest.raises(codemode.InvalidRequestError, match="yield_time_ms"):
+        WaitRequest(cell_id="1", yield_time_ms=-1)
+    assert ExecuteRequest(tool_call_id="c", source="x", max_output_tokens=2**31 - 1)
+
+
+INVALID_STATES: list[tuple[str, Callable[[], object], dict[str, object]]] = [
+    (
+        "empty session id",
+        lambda: OpenSession(session_id=""),
+        {
+            "type": "operation/request",
+            "id": 1,
+            "request": {"method": "session/open", "session_id": ""},
+        },
+    ),
+    (
+        "version 0",
+        lambda: Hello(supported_versions=[0]),
+        {"type": "connection/hello", "supported_versions": [0]},
+    ),
+    (
+        "no version",
+        lambda: Hello(supported_versions=[]),
+        {"type": "connection/hello", "supported_versions": []},
+    ),
+    (
+        "repeated version",
+        lambda: Hello(supported_versions=[1, 1]),
+        {"type": "connection/hello", "supported_versions": [1, 1]},
+    ),
+    (
+        "blank capability",
+        lambda: Hello(supported_versions=[1], optional_capabilities=[" "]),
+        {"type": "connection/hello", "supported_versions": [1], "optional_capabilities": [" "]},
+    ),
+    (
+        "repeated capability",
+        lambda: Hello(supported_versions=[1], required_capabilities=["a", "a"]),
+        {
+            "type": "connection/hello",
+            "supported_versions": [1],
+            "required_capabilities": ["a", "a"],
+        },
+    ),
+    (
+        "required and optional",
+        lambda: Hello(
+            supported_versions=[1], required_capabilities=["a"], optional_capabilities=["a"]
+        ),
+        {
+            "type": "connection/hello",
+            "supported_versions": [1],
+            "required_capabilities": ["a"],
+            "optional_capabilities": ["a"],
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("build", "payload"),
+    [case[1:] for case in INVALID_STATES],
+    ids=[case[0] for case in INVALID_STATES],
+)
+def test_invalid_protocol_states_cannot_be_constructed_or_decoded(
+    build: Callable[[], object], payload: dict[str, object]
+) -> None:
+    with pytest.raises(ValueError):  # noqa: PT011 (each case has its own text)
+        build()
+    decoder: FrameDecoder[object] = FrameDecoder(ClientMessage)  # type: ignore[arg-type]
+    decoder.receive_data(_framed(payload))
+    with pytest.raises(FrameDecodeError):
+        decoder.next_message()

@@ -16,6 +16,7 @@ Rules:
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
@@ -29,6 +30,8 @@ from ._host_process import default_host_command
 from ._session import ProcessSession
 
 SHUTDOWN_TIMEOUT = 5.0
+
+logger = logging.getLogger("codemode.process")
 
 
 class ProcessProvider:
@@ -89,19 +92,28 @@ class ProcessProvider:
     async def _close(self, shutdown_timeout: float) -> None:
         """Shut every session down, then let the host exit (killed if it does not)."""
         self.closed = True
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._kill_after, shutdown_timeout)
-            async with trio.open_nursery() as shutdowns:
-                for session in list(self._sessions):
-                    shutdowns.start_soon(session.shutdown)
-            nursery.cancel_scope.cancel()
-        if self._current is not None:
-            await self._current.aclose()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._kill_after, shutdown_timeout)
+                async with trio.open_nursery() as shutdowns:
+                    for session in list(self._sessions):
+                        shutdowns.start_soon(_shut_down_quietly, session)
+                nursery.cancel_scope.cancel()
+        finally:
+            if self._current is not None:
+                await self._current.aclose()
 
     async def _kill_after(self, seconds: float) -> None:
         await trio.sleep(seconds)
         if self._current is not None:
             self._current.abort("timed out shutting down the code-mode host's sessions")
+
+
+async def _shut_down_quietly(session: ProcessSession) -> None:
+    try:
+        await session.shutdown()
+    except Exception:  # the provider closes whatever one session says; the session knows
+        logger.exception("shutting a code-mode session down failed")
 
 
 @asynccontextmanager

@@ -120,6 +120,7 @@ class ProcessSession:
         self._shutdown_done: trio.Event | None = None
         self._bind_lock = trio.Lock()
         self._terminating: set[str] = set()
+        self._shutdown_error: Exception | None = None
 
     @property
     def is_alive(self) -> bool:
@@ -244,11 +245,18 @@ class ProcessSession:
 
     async def shutdown(self) -> None:
         """Reject new operations, shut the host session down, return after every
-        `cell_closed` (rule 2)."""
+        `cell_closed` (rule 2).
+
+        Raises:
+            Exception: what made the shutdown itself fail (every caller sees it); the
+                session is shut down all the same.
+        """
         if self._shutdown_done is None:
             self._shutdown_done = trio.Event()
             self._provider._nursery.start_soon(self._shut_down, self._shutdown_done)
         await self._shutdown_done.wait()
+        if self._shutdown_error is not None:
+            raise self._shutdown_error
 
     async def _shut_down(self, done: trio.Event) -> None:
         try:
@@ -256,6 +264,8 @@ class ProcessSession:
                 bindings = [*self._retired, *([self._binding] if self._binding else [])]
             for binding in bindings:
                 await self._close(binding)
+        except Exception as error:  # for the callers: a task of the provider must not raise
+            self._shutdown_error = error
         finally:
             self._provider._forget(self)
             done.set()
