@@ -30,9 +30,7 @@ from ._api import WaitOutcome as WaitOutcome
 from ._api import WaitRequest as WaitRequest
 from ._api import Yielded as Yielded
 from ._api import missing_cell as missing_cell
-from ._combine import combine as combine
 from ._identifiers import normalize_identifier as normalize_identifier
-from ._toolbox import Toolbox as Toolbox
 from .errors import AdmissionError as AdmissionError
 from .errors import AlreadyTerminatingError as AlreadyTerminatingError
 from .errors import CodeModeError as CodeModeError
@@ -45,14 +43,6 @@ from .errors import RuntimeEndedError as RuntimeEndedError
 from .errors import SessionShuttingDownError as SessionShuttingDownError
 from .errors import StaleGenerationError as StaleGenerationError
 from .errors import ToolError as ToolError
-from .model import ExecSource as ExecSource
-from .model import NamespaceDescription as NamespaceDescription
-from .model import PragmaError as PragmaError
-from .model import ToolOutput as ToolOutput
-from .model import parse_exec_source as parse_exec_source
-from .model import render_typescript as render_typescript
-from .model import truncate_items as truncate_items
-from .model import truncate_middle as truncate_middle
 from .protocol import MAX_FRAME_BYTES as MAX_FRAME_BYTES
 
 __all__ = [
@@ -112,25 +102,53 @@ __all__ = [
 
 
 if TYPE_CHECKING:
+    from ._combine import combine as combine
+    from ._toolbox import Toolbox as Toolbox
     from .inprocess import open_in_process_provider as open_in_process_provider
     from .model import CodeMode as CodeMode
+    from .model import ExecSource as ExecSource
+    from .model import NamespaceDescription as NamespaceDescription
+    from .model import PragmaError as PragmaError
+    from .model import ToolOutput as ToolOutput
+    from .model import parse_exec_source as parse_exec_source
+    from .model import render_typescript as render_typescript
+    from .model import truncate_items as truncate_items
+    from .model import truncate_middle as truncate_middle
     from .process import default_host_command as default_host_command
     from .process import open_process_provider as open_process_provider
 
+# Imported on first use, so that `import codemode` stays cheap for the host, which loads the
+# front door at every start (the providers also load trio and, in-process, the C extension;
+# `import codemode.protocol` stays sans-IO).
+_LAZY = {
+    "combine": "._combine",
+    "Toolbox": "._toolbox",
+    "open_in_process_provider": ".inprocess",
+    "open_process_provider": ".process",
+    "default_host_command": ".process",
+    **dict.fromkeys(
+        [
+            "CodeMode",
+            "ExecSource",
+            "NamespaceDescription",
+            "PragmaError",
+            "ToolOutput",
+            "parse_exec_source",
+            "render_typescript",
+            "truncate_items",
+            "truncate_middle",
+        ],
+        ".model",
+    ),
+}
+
 
 def __getattr__(name: str) -> object:
-    # The providers are imported on first use: the in-process one loads the host and its C
-    # extension, both load trio; `import codemode.protocol` (used by the host) stays sans-IO.
-    if name == "CodeMode":
-        from .model import CodeMode
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'codemode' has no attribute {name!r}")
+    import importlib
 
-        return CodeMode
-    if name == "open_in_process_provider":
-        from .inprocess import open_in_process_provider
-
-        return open_in_process_provider
-    if name in {"open_process_provider", "default_host_command"}:
-        from . import process
-
-        return getattr(process, name)
-    raise AttributeError(f"module 'codemode' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value

@@ -7,7 +7,8 @@ connection; this module only moves bytes and runs tasks:
 - the reader feeds bytes to the connection and dispatches its events: each request runs as a
   task (`_requests.Requests`), `operation/cancel` cancels one, answers to reverse calls land in
   their slots;
-- the writer sends whatever the connection queued, all of it in one write;
+- the writer (`FrameWriter`) sends whatever the connection queued, at once when the pipe has
+  room, else in one write of everything queued;
 - when the client goes away (EOF, a protocol error, its process died), pending reverse calls
   fail, active requests are cancelled, every session is shut down (bounded by 5 s) and what is
   queued is flushed (bounded by 5 s).
@@ -23,7 +24,7 @@ import logging
 import trio
 from codemode_host.engine import open_engine
 
-from codemode._trio import receive_message as receive_message
+from codemode._trio import FrameWriter
 from codemode.protocol import (
     NEED_DATA,
     CancelRequested,
@@ -44,42 +45,6 @@ SHUTDOWN_TIMEOUT = 5.0
 READ_CHUNK = 1 << 20
 
 
-class _Wire:
-    """The writer side: frames the connection queued go out in order, batched."""
-
-    def __init__(self, connection: HostConnection, send: trio.abc.SendStream) -> None:
-        self._connection = connection
-        self._send = send
-        self._queued = trio.Event()
-        self._closing = False
-        self.failed = False
-
-    def flush(self) -> None:
-        """Wake the writer: the connection queued frames."""
-        self._queued.set()
-
-    def close(self) -> None:
-        """Write what is queued, then stop."""
-        self._closing = True
-        self._queued.set()
-
-    async def run(self, on_failure: trio.CancelScope) -> None:
-        while True:
-            await self._queued.wait()
-            self._queued = trio.Event()
-            data = self._connection.data_to_send()
-            if data:
-                try:
-                    await self._send.send_all(data)
-                except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
-                    logger.error("failed to write code-mode host message: %s", error)
-                    self.failed = True
-                    on_failure.cancel()
-                    return
-            elif self._closing:
-                return
-
-
 async def serve_connection(
     receive: trio.abc.ReceiveStream,
     send: trio.abc.SendStream,
@@ -95,10 +60,18 @@ async def serve_connection(
             if the client had closed the stream (DESIGN section 3).
     """
     connection = HostConnection()
-    wire = _Wire(connection, send)
+    wire = FrameWriter(send, connection.data_to_send)
     status = 0
+    write_failed = False
+
+    def writer_failed(error: BaseException) -> None:
+        nonlocal write_failed
+        logger.error("failed to write code-mode host message: %s", error)
+        write_failed = True
+        outer.cancel_scope.cancel()
+
     async with open_engine() as engine, trio.open_nursery() as outer:
-        outer.start_soon(wire.run, outer.cancel_scope)
+        outer.start_soon(wire.run, writer_failed)
         async with trio.open_nursery() as work:
             requests = Requests(engine, connection, work, wire.flush)
             with trio.CancelScope() as reading:
@@ -115,14 +88,14 @@ async def serve_connection(
             work.cancel_scope.cancel()
         wire.close()
         outer.cancel_scope.deadline = trio.current_time() + SHUTDOWN_TIMEOUT
-    return 1 if wire.failed else status
+    return 1 if write_failed else status
 
 
 async def _read(
     receive: trio.abc.ReceiveStream,
     connection: HostConnection,
     requests: Requests,
-    wire: _Wire,
+    wire: FrameWriter,
 ) -> int:
     """Feed the connection and dispatch its events until the client is gone; the status."""
     try:

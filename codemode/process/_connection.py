@@ -4,7 +4,8 @@ The protocol's rules live in the sans-IO `ClientConnection`; `HostLink` only mov
 runs tasks, all in a nursery of its own that `run` opens (started with `nursery.start` once the
 handshake succeeded):
 
-- the writer sends whatever the connection queued, all of it in one write;
+- the writer (`FrameWriter`) sends whatever the connection queued, at once when the pipe has
+  room, else in one write of everything queued;
 - the reader feeds bytes to the connection and dispatches its events (`_pump`): answers land in
   one-shot slots (one refused by a cancelled caller goes back to the connection at once),
   reverse calls and cell closings go to the link's cells (`_delegates.ClientCells`);
@@ -24,12 +25,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any
 
 import trio
 
 from .._api import CellLimits, ExecuteRequest, SessionDelegate
-from .._trio import CLEANUP_GRACE, OneShot, open_service_nursery
+from .._trio import CLEANUP_GRACE, FrameWriter, OneShot, open_service_nursery
 from ..errors import HostLostError
 from ..protocol import (
     LIMITS_CAPABILITY,
@@ -89,7 +90,7 @@ class HostLink:
         self._stderr = StderrTail()
         self._process: trio.Process | None = None
         self._life: trio.CancelScope | None = None
-        self._queued = trio.Event()
+        self._writer: FrameWriter | None = None
         self._handshake: OneShot[HandshakeCompleted | HandshakeRejected | None] = OneShot()
         # Slots of the callers awaiting answers, with the session each request was for.
         self._answers: dict[int, tuple[OneShot[HostResult | HostLostError], str]] = {}
@@ -127,7 +128,8 @@ class HostLink:
                 async with open_service_nursery() as nursery:
                     self._cells.serve_in(nursery)
                     nursery.start_soon(self._stderr.forward, process.stderr)
-                    nursery.start_soon(self._write, process.stdin)
+                    self._writer = FrameWriter(process.stdin, self._connection.data_to_send)
+                    nursery.start_soon(self._writer.run, self._write_failed)
                     nursery.start_soon(self._read, process.stdout)
                     nursery.start_soon(self._supervise, process)
                     await self._shake_hands()
@@ -207,20 +209,11 @@ class HostLink:
     # ---- the wire --------------------------------------------------------------------------
 
     def _flush(self) -> None:
-        self._queued.set()
+        if self._writer is not None:
+            self._writer.flush()
 
-    async def _write(self, stdin: trio.abc.SendStream) -> NoReturn:
-        while True:
-            await self._queued.wait()
-            self._queued = trio.Event()
-            data = self._connection.data_to_send()
-            if not data:
-                continue
-            try:
-                await stdin.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
-                self._lost(f"failed to write code-mode host message: {error}", error)
-                await trio.sleep_forever()
+    def _write_failed(self, error: BaseException) -> None:
+        self._lost(f"failed to write code-mode host message: {error}", error)
 
     async def _read(self, stdout: trio.abc.ReceiveStream) -> None:
         try:

@@ -7,9 +7,9 @@ ordering, retirement, frame limits). Imports msgspec, the standard library and c
 value types only: no trio, no I/O. Each side wraps its connection in a thin trio adapter.
 """
 
+from typing import TYPE_CHECKING
+
 from ..errors import ErrorKind as ErrorKind
-from ._client import ClientConnection as ClientConnection
-from ._client import ClientEvent as ClientEvent
 from ._codec import MAX_FRAME_BYTES as MAX_FRAME_BYTES
 from ._codec import NEED_DATA as NEED_DATA
 from ._codec import FrameDecodeError as FrameDecodeError
@@ -33,8 +33,6 @@ from ._events import HandshakeRejected as HandshakeRejected
 from ._events import HostStatistics as HostStatistics
 from ._events import InitialAnswered as InitialAnswered
 from ._events import RequestReceived as RequestReceived
-from ._host import HostConnection as HostConnection
-from ._host import HostEvent as HostEvent
 from ._messages import LIMITS_CAPABILITY as LIMITS_CAPABILITY
 from ._messages import PROTOCOL_VERSION as PROTOCOL_VERSION
 from ._messages import CellClosed as CellClosed
@@ -73,3 +71,22 @@ from ._messages import Wait as Wait
 from ._messages import WaitCompleted as WaitCompleted
 from ._statetable import IllegalMoveError as IllegalMoveError
 from ._statetable import StateTable as StateTable
+
+if TYPE_CHECKING:
+    from ._client import ClientConnection as ClientConnection
+    from ._client import ClientEvent as ClientEvent
+    from ._host import HostConnection as HostConnection
+    from ._host import HostEvent as HostEvent
+
+
+def __getattr__(name: str) -> object:
+    # Each side loads only its own connection: the host starts faster without the client's.
+    if name in {"ClientConnection", "ClientEvent"}:
+        from . import _client
+
+        return getattr(_client, name)
+    if name in {"HostConnection", "HostEvent"}:
+        from . import _host
+
+        return getattr(_host, name)
+    raise AttributeError(f"module 'codemode.protocol' has no attribute {name!r}")
