@@ -422,19 +422,22 @@ sys.stdin.read()
 """
 
 
-async def test_the_host_dies_with_its_parent() -> None:
+async def host_dies_with_its_parent(parent_script: str) -> None:
+    """Run `parent_script`, which starts the host and prints its pid (then the pids of any
+    helpers it started), kill it, and wait until the host is dead; helpers are killed after."""
     parent = await trio.lowlevel.open_process(
-        [sys.executable, "-c", PARENT, *codemode.default_host_command()],
+        [sys.executable, "-c", parent_script, *codemode.default_host_command()],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
     )
+    helpers: list[int] = []
     try:
         assert parent.stdout is not None
         with trio.fail_after(10):
             line = b""
             while not line.endswith(b"\n"):
                 line += await parent.stdout.receive_some(64)
-            host_pid = int(line)
+            host_pid, *helpers = map(int, line.split())
             parent.kill()
             await parent.wait()
             # The host is the parent's child, not ours: no event tells us it died, so poll
@@ -444,7 +447,14 @@ async def test_the_host_dies_with_its_parent() -> None:
     finally:
         if parent.returncode is None:
             parent.kill()
-        await parent.wait()
+        for pid in helpers:
+            os.kill(pid, signal.SIGKILL)
+        with trio.CancelScope(shield=True):
+            await parent.wait()
+
+
+async def test_the_host_dies_with_its_parent() -> None:
+    await host_dies_with_its_parent(PARENT)
 
 
 async def test_each_session_reopens_on_one_new_host_after_a_loss(tmp_path: Path) -> None:

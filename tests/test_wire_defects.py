@@ -62,7 +62,7 @@ from codemode.protocol import (
 )
 from tests.delegates import RecordingDelegate
 from tests.sessions import LONG_MS, execute, texts, tool
-from tests.test_host import _dead, raw_host
+from tests.test_host import host_dies_with_its_parent, raw_host
 from tests.test_seed_stdio import host_proxy
 
 PROVIDERS = ["in-process", "process"]
@@ -159,31 +159,7 @@ sys.stdin.read()
 
 
 async def test_the_host_dies_with_its_parent_process_even_when_its_stdin_stays_open() -> None:
-    parent = await trio.lowlevel.open_process(
-        [sys.executable, "-c", KEEPER_PARENT, *codemode.default_host_command()],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
-    keeper_pid = None
-    try:
-        assert parent.stdout is not None
-        with trio.fail_after(10):
-            line = b""
-            while not line.endswith(b"\n"):
-                line += await parent.stdout.receive_some(64)
-            host_pid, keeper_pid = map(int, line.split())
-            parent.kill()
-            await parent.wait()
-            # The host is the parent's child, not ours: no event tells us it died, so poll
-            # the kernel's view of it.
-            while not _dead(host_pid):  # noqa: ASYNC110
-                await trio.sleep(0.01)
-    finally:
-        if parent.returncode is None:
-            parent.kill()
-        if keeper_pid is not None:
-            os.kill(keeper_pid, signal.SIGKILL)
-        await parent.wait()
+    await host_dies_with_its_parent(KEEPER_PARENT)
 
 
 # ---- output under random cancellation ----------------------------------------------------
