@@ -104,7 +104,9 @@ class HostLink:
 
     @property
     def alive(self) -> bool:
-        return self.failure is None
+        """False once the link failed, and already while its host's last bytes are read
+        after an end of file (new operations then go to a new host)."""
+        return self.failure is None and self._connection.is_open
 
     @property
     def capabilities(self) -> frozenset[str]:
@@ -297,6 +299,9 @@ class HostLink:
     def _check(self) -> None:
         if self.failure is not None:
             raise self.failure
+        if not self._connection.is_open:
+            # The reader names the cause once the process has exited (rule 2).
+            raise HostLostError("code-mode host closed its stdout")
 
     async def _await(self, request_id: int, session_id: str) -> HostResult:
         result: HostResult = await self._answer_of(self._answers, request_id, session_id)
