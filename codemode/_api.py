@@ -270,6 +270,17 @@ class CellLimits(_Value, frozen=True):
             return f"max_heap_size_bytes must be positive, got {self.max_heap_size_bytes}"
         return None
 
+    def checked(self) -> CellLimits:
+        """These limits, if they are valid (every provider and the host check them so).
+
+        Raises:
+            InvalidRequestError: `invalid code-mode session execution limits: <problem>`.
+        """
+        problem = self.problem()
+        if problem is not None:
+            raise InvalidRequestError(f"invalid code-mode session execution limits: {problem}")
+        return self
+
 
 class SessionDelegate(Protocol):
     """What the application provides to a session's cells.

@@ -24,7 +24,7 @@ from codemode_host.runtime import RuntimeSession
 
 from ._api import CellLimits, ExecuteRequest, SessionDelegate, StartedCell, WaitOutcome, WaitRequest
 from ._trio import open_service_nursery
-from .errors import InvalidRequestError, ProviderClosedError, SessionShuttingDownError
+from .errors import ProviderClosedError, SessionShuttingDownError
 
 SHUTDOWN_TIMEOUT = 5.0
 """Seconds the provider's exit waits for its sessions to shut down before cancelling them."""
@@ -125,10 +125,7 @@ class InProcessProvider:
         await trio.lowlevel.checkpoint()
         if self.closed:
             raise ProviderClosedError()
-        limits = limits or CellLimits()
-        problem = limits.problem()
-        if problem is not None:
-            raise InvalidRequestError(f"invalid code-mode session execution limits: {problem}")
+        limits = (limits or CellLimits()).checked()
         session = InProcessSession(self, RuntimeSession(self._engine, self._nursery, limits))
         self._sessions.add(session)
         return session

@@ -190,13 +190,8 @@ class Requests:
         self._respond(request_id, result)
 
     def _open(self, request: OpenSession) -> Ok[HostResponse] | Err:
-        limits = request.cell_execution_limits or CellLimits()
-        problem = limits.problem()
-        if problem is not None:
-            return Err(
-                kind=ErrorKind.INVALID_REQUEST,
-                message=f"invalid code-mode session execution limits: {problem}",
-            )
+        # Invalid limits raise InvalidRequestError, answered by `_run` with its kind.
+        limits = (request.cell_execution_limits or CellLimits()).checked()
         self._sessions[request.session_id] = RuntimeSession(
             self._engine, self._nursery, limits, max_response_bytes=RESPONSE_BUDGET
         )

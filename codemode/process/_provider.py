@@ -24,7 +24,7 @@ import trio
 
 from .._api import CellLimits
 from .._trio import CLEANUP_GRACE, open_service_nursery
-from ..errors import InvalidRequestError, ProviderClosedError
+from ..errors import ProviderClosedError
 from ._connection import CLOSE_TIMEOUT, HANDSHAKE_TIMEOUT, HostLink
 from ._host_process import default_host_command
 from ._session import ProcessSession
@@ -57,10 +57,7 @@ class ProcessProvider:
         """
         if self.closed:
             raise ProviderClosedError()
-        limits = limits or CellLimits()
-        problem = limits.problem()
-        if problem is not None:
-            raise InvalidRequestError(f"invalid code-mode session execution limits: {problem}")
+        limits = (limits or CellLimits()).checked()
         session = ProcessSession(self, limits)
         self._sessions.add(session)
         try:
