@@ -23,7 +23,7 @@ from codemode_host.engine import Engine, open_engine
 from codemode_host.runtime import RuntimeSession
 
 from ._api import CellLimits, ExecuteRequest, SessionDelegate, StartedCell, WaitOutcome, WaitRequest
-from ._trio import open_service_nursery
+from ._trio import RunOnce, open_service_nursery
 from .errors import ProviderClosedError, SessionShuttingDownError
 
 SHUTDOWN_TIMEOUT = 5.0
@@ -41,8 +41,7 @@ class InProcessSession:
     def __init__(self, provider: InProcessProvider, runtime: RuntimeSession) -> None:
         self._provider = provider
         self._runtime = runtime
-        self._shutdown_done: trio.Event | None = None
-        self._shutdown_error: Exception | None = None
+        self._shutdown = RunOnce()
 
     @property
     def is_alive(self) -> bool:
@@ -52,7 +51,7 @@ class InProcessSession:
     def _check(self) -> None:
         if self._provider.closed:
             raise ProviderClosedError()
-        if self._shutdown_done is not None:
+        if self._shutdown.started:
             raise SessionShuttingDownError()
 
     async def execute(self, request: ExecuteRequest, delegate: SessionDelegate) -> StartedCell:
@@ -89,21 +88,13 @@ class InProcessSession:
 
     async def shutdown(self) -> None:
         """Terminate every cell and return once each has closed (rule 1)."""
-        if self._shutdown_done is None:
-            self._shutdown_done = trio.Event()
-            self._provider._nursery.start_soon(self._shut_down, self._shutdown_done)
-        await self._shutdown_done.wait()
-        if self._shutdown_error is not None:
-            raise self._shutdown_error
+        await self._shutdown.run(self._provider._nursery, self._shut_down)
 
-    async def _shut_down(self, done: trio.Event) -> None:
+    async def _shut_down(self) -> None:
         try:
             await self._runtime.shutdown()
-        except Exception as error:  # for the callers: a task of the provider must not raise
-            self._shutdown_error = error
         finally:
             self._provider._forget(self)
-            done.set()
 
 
 class InProcessProvider:

@@ -6,6 +6,7 @@ Private: the host (`codemode_host`) imports them from here, applications never d
 - `OneShot`: a value delivered once and awaited (the answer to something sent across the wire).
 - `CallbackGroup`, `CLEANUP_GRACE`: delegate calls of one cell as cancellable tasks.
 - `open_service_nursery`: a nursery whose body's own exception leaves it unwrapped.
+- `RunOnce`: a job run once as a task, awaited to its end by every caller.
 - `FrameWriter`: sends what a sans-IO connection queued, in order, at once when it can.
 """
 
@@ -13,6 +14,7 @@ from ._callbacks import CLEANUP_GRACE as CLEANUP_GRACE
 from ._callbacks import CallbackGroup as CallbackGroup
 from ._frames import receive_message as receive_message
 from ._nursery import open_service_nursery as open_service_nursery
+from ._once import RunOnce as RunOnce
 from ._oneshot import OneShot as OneShot
 from ._writer import FrameWriter as FrameWriter
 
@@ -21,6 +23,7 @@ __all__ = [
     "CallbackGroup",
     "FrameWriter",
     "OneShot",
+    "RunOnce",
     "open_service_nursery",
     "receive_message",
 ]

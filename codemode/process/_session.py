@@ -37,6 +37,7 @@ from .._api import (
     WaitRequest,
     Yielded,
 )
+from .._trio import RunOnce
 from ..errors import (
     AlreadyTerminatingError,
     CodeModeError,
@@ -117,22 +118,21 @@ class ProcessSession:
         self._binding: _Binding | None = None
         self._retired: list[_Binding] = []
         self._generation = 0
-        self._shutdown_done: trio.Event | None = None
+        self._shutdown = RunOnce()
         self._bind_lock = trio.Lock()
         self._terminating: set[str] = set()
-        self._shutdown_error: Exception | None = None
 
     @property
     def is_alive(self) -> bool:
         """False once shutdown began, the provider closed, or while its host is lost."""
-        if self._shutdown_done is not None or self._provider.closed:
+        if self._shutdown.started or self._provider.closed:
             return False
         return self._binding is None or self._binding.link.alive
 
     def _check(self) -> None:
         if self._provider.closed:
             raise ProviderClosedError()
-        if self._shutdown_done is not None:
+        if self._shutdown.started:
             raise SessionShuttingDownError()
 
     async def _bind(self) -> _Binding:
@@ -251,24 +251,16 @@ class ProcessSession:
             Exception: what made the shutdown itself fail (every caller sees it); the
                 session is shut down all the same.
         """
-        if self._shutdown_done is None:
-            self._shutdown_done = trio.Event()
-            self._provider._nursery.start_soon(self._shut_down, self._shutdown_done)
-        await self._shutdown_done.wait()
-        if self._shutdown_error is not None:
-            raise self._shutdown_error
+        await self._shutdown.run(self._provider._nursery, self._shut_down)
 
-    async def _shut_down(self, done: trio.Event) -> None:
+    async def _shut_down(self) -> None:
         try:
             async with self._bind_lock:
                 bindings = [*self._retired, *([self._binding] if self._binding else [])]
             for binding in bindings:
                 await self._close(binding)
-        except Exception as error:  # for the callers: a task of the provider must not raise
-            self._shutdown_error = error
         finally:
             self._provider._forget(self)
-            done.set()
 
     async def _close(self, binding: _Binding) -> None:
         link = binding.link
