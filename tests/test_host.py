@@ -28,7 +28,6 @@ from codemode import (
     WaitRequest,
     Yielded,
 )
-from codemode._trio import receive_message
 from codemode.protocol import (
     LIMITS_CAPABILITY,
     MAX_FRAME_BYTES,
@@ -66,6 +65,7 @@ from codemode.protocol import (
     WaitCompleted,
 )
 from tests.delegates import RecordingDelegate
+from tests.frames import receive_message
 from tests.sessions import run, texts, tool
 
 HELLO = Hello(supported_versions=[1])

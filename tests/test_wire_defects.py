@@ -40,7 +40,6 @@ from codemode import (
     WaitRequest,
     Yielded,
 )
-from codemode._trio import receive_message
 from codemode.protocol import (
     DelegateRequest,
     DelegateResponse,
@@ -61,6 +60,7 @@ from codemode.protocol import (
     SessionReady,
 )
 from tests.delegates import RecordingDelegate
+from tests.frames import receive_message
 from tests.sessions import LONG_MS, execute, texts, tool
 from tests.test_host import host_dies_with_its_parent, raw_host
 from tests.test_seed_stdio import host_proxy

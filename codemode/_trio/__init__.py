@@ -2,7 +2,6 @@
 
 Private: the host (`codemode_host`) imports them from here, applications never do.
 
-- `receive_message`: whole messages from a byte stream through the sans-IO frame decoder.
 - `OneShot`: a value delivered once and awaited (the answer to something sent across the wire).
 - `CallbackGroup`, `CLEANUP_GRACE`: delegate calls of one cell as cancellable tasks.
 - `open_service_nursery`: a nursery whose body's own exception leaves it unwrapped.
@@ -12,7 +11,6 @@ Private: the host (`codemode_host`) imports them from here, applications never d
 
 from ._callbacks import CLEANUP_GRACE as CLEANUP_GRACE
 from ._callbacks import CallbackGroup as CallbackGroup
-from ._frames import receive_message as receive_message
 from ._nursery import open_service_nursery as open_service_nursery
 from ._once import RunOnce as RunOnce
 from ._oneshot import OneShot as OneShot
@@ -25,5 +23,4 @@ __all__ = [
     "OneShot",
     "RunOnce",
     "open_service_nursery",
-    "receive_message",
 ]

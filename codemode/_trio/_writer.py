@@ -69,7 +69,7 @@ class FrameWriter:
         while True:
             await self._queued.wait()
             self._queued = trio.Event()
-            self.flush_take()
+            self._take_queued()
             if not self._left:
                 if self._closing:
                     return
@@ -84,7 +84,7 @@ class FrameWriter:
             finally:
                 self._writing = False
 
-    def flush_take(self) -> None:
+    def _take_queued(self) -> None:
         """Move what the connection queued behind what is left (no direct write)."""
         data = self._take()
         if data:

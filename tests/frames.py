@@ -1,8 +1,5 @@
-"""Reading whole messages from a trio byte stream with the sans-IO frame decoder.
-
-The one trio adapter both sides of the wire share for reading (the protocol package itself
-does no I/O).
-"""
+"""Reading whole messages from a trio byte stream with the sans-IO frame decoder, for tests
+that talk to a host frame by frame (the adapters feed bytes to their connections instead)."""
 
 from __future__ import annotations
 
@@ -10,7 +7,7 @@ from typing import TypeVar
 
 import trio
 
-from ..protocol import NEED_DATA, FrameDecoder, ProtocolError
+from codemode.protocol import NEED_DATA, FrameDecoder, ProtocolError
 
 M = TypeVar("M")
 
