@@ -137,6 +137,11 @@ class ProcessSession:
 
     async def _bind(self) -> _Binding:
         self._check()
+        binding = self._binding
+        if binding is not None and binding.link.alive:
+            # No checkpoint: a request made now is queued before anything the caller's other
+            # tasks do next (a wait issued before a tool's result goes out before it).
+            return binding
         async with self._bind_lock:
             self._check()
             binding = self._binding

@@ -26,7 +26,7 @@ from codemode import (
     missing_cell,
     normalize_identifier,
 )
-from codemode.errors import RuntimeEndedError, SessionShuttingDownError
+from codemode.errors import ObserverBusyError, RuntimeEndedError, SessionShuttingDownError
 
 from ._cell import RuntimeCell
 from ._observer import DEFAULT_YIELD_TIME_MS, observation_window_ms
@@ -111,21 +111,35 @@ class RuntimeSession:
     async def wait(self, request: WaitRequest) -> WaitOutcome:
         """Observe a cell for up to `request.yield_time_ms` (grace and clamp applied).
 
+        The observer is attached before the first checkpoint, so a wait made before an event
+        reaches the cell (a tool's result, a timer) observes that event: a `yield_control()`
+        it leads to is not lost for want of an observer (reference-runtime 5.3: the actor takes
+        commands before runtime events).
+
         Raises:
             ObserverBusyError: another observation of the cell is in progress.
             SessionShuttingDownError: shutdown has begun.
         """
-        await trio.lowlevel.checkpoint()
-        if not self._alive:
-            raise SessionShuttingDownError()
         cell = self._cells.get(request.cell_id)
-        if cell is None or cell.lifecycle in (Lifecycle.TERMINATING, Lifecycle.TERMINATED):
+        if (
+            not self._alive
+            or cell is None
+            or cell.lifecycle in (Lifecycle.TERMINATING, Lifecycle.TERMINATED)
+        ):
+            await trio.lowlevel.checkpoint()
+            if not self._alive:
+                raise SessionShuttingDownError()
             return missing_cell(request.cell_id)
-        observer = cell.attach(observation_window_ms(request.yield_time_ms, self._limits))
+        try:
+            observer = cell.attach(observation_window_ms(request.yield_time_ms, self._limits))
+        except ObserverBusyError:
+            await trio.lowlevel.checkpoint()
+            raise
         try:
             response = await cell.observe(observer)
         except RuntimeEndedError:
             return missing_cell(request.cell_id)
+        await trio.lowlevel.cancel_shielded_checkpoint()  # the response is taken: no cancel
         return LiveCell(response=response)
 
     async def terminate(self, cell_id: str) -> WaitOutcome:
