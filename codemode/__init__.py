@@ -18,6 +18,7 @@ from ._api import JsonValue as JsonValue
 from ._api import LiveCell as LiveCell
 from ._api import MissingCell as MissingCell
 from ._api import NestedToolCall as NestedToolCall
+from ._api import Pending as Pending
 from ._api import RuntimeResponse as RuntimeResponse
 from ._api import Session as Session
 from ._api import SessionDelegate as SessionDelegate
@@ -69,6 +70,7 @@ __all__ = [
     "NamespaceDescription",
     "NestedToolCall",
     "ObserverBusyError",
+    "Pending",
     "PragmaError",
     "ProviderClosedError",
     "RuntimeEndedError",

@@ -204,12 +204,30 @@ class Completed(
 RuntimeResponse: TypeAlias = Yielded | Terminated | Completed
 
 
+class Pending(_Value, tag="pending", frozen=True):
+    """The cell is paused at its pending frontier (reference-runtime 5.9): its JavaScript has
+    nothing left to run until a tool call settles or a timer fires, and those are held until
+    the next observation resumes it. Only `execute_to_pending` and `wait_to_pending` return it.
+
+    Parameters:
+        content_items: output since the last response.
+        pending_tool_call_ids: the tool calls (`tool-N`) the cell issued since the previous
+            frontier; the delegate has seen each already.
+    """
+
+    cell_id: CellId
+    content_items: list[ContentItem]
+    pending_tool_call_ids: list[str]
+    host_duration: float | None = None
+
+
 class LiveCell(
     msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag="live_cell"
 ):
-    """The cell existed and was observed; a non-Yielded response ends it."""
+    """The cell existed and was observed; a `Completed` or `Terminated` response ends it.
+    A `Pending` comes only from `wait_to_pending`."""
 
-    response: RuntimeResponse
+    response: RuntimeResponse | Pending
 
 
 class MissingCell(
@@ -401,4 +419,23 @@ class Session(Protocol):
 
     async def shutdown(self) -> None:
         """Terminate every cell and return once each has closed."""
+        ...
+
+    async def execute_to_pending(
+        self, request: ExecuteRequest, delegate: SessionDelegate
+    ) -> Pending | Completed | Terminated:
+        """Admit a cell and run it to its pending frontier (or its end); never `Yielded`.
+
+        Cancelled before it returns, it terminates the cell (the caller never had its id)."""
+        ...
+
+    async def wait_to_pending(self, cell_id: CellId) -> WaitOutcome:
+        """Resume a cell and observe it to its next frontier: `LiveCell(Pending | Completed |
+        Terminated)`, or `MissingCell`."""
+        ...
+
+    async def preempt(self, cell_id: CellId) -> None:
+        """Make the cell's active observation (an initial response or a `wait`) return
+        `Yielded` now; the cell keeps running. No effect on frontier observers, or when nothing
+        observes the cell."""
         ...

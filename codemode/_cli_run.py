@@ -28,15 +28,18 @@ import trio
 
 from ._api import (
     CellId,
+    Completed,
     ContentItem,
     ExecuteRequest,
     InputImage,
     InputText,
     JsonValue,
     NestedToolCall,
+    Pending,
     Session,
     SessionDelegate,
     StartedCell,
+    Terminated,
     ToolDefinition,
     WaitOutcome,
     WaitRequest,
@@ -194,6 +197,17 @@ class _CellIdRecorder:
 
     async def shutdown(self) -> None:
         await self._session.shutdown()
+
+    async def execute_to_pending(
+        self, request: ExecuteRequest, delegate: SessionDelegate
+    ) -> Pending | Completed | Terminated:
+        return await self._session.execute_to_pending(request, delegate)
+
+    async def wait_to_pending(self, cell_id: CellId) -> WaitOutcome:
+        return await self._session.wait_to_pending(cell_id)
+
+    async def preempt(self, cell_id: CellId) -> None:
+        await self._session.preempt(cell_id)
 
 
 class _Run:

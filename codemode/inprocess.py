@@ -22,7 +22,17 @@ import trio
 from codemode_host.engine import Engine, open_engine
 from codemode_host.runtime import RuntimeSession
 
-from ._api import CellLimits, ExecuteRequest, SessionDelegate, StartedCell, WaitOutcome, WaitRequest
+from ._api import (
+    CellLimits,
+    Completed,
+    ExecuteRequest,
+    Pending,
+    SessionDelegate,
+    StartedCell,
+    Terminated,
+    WaitOutcome,
+    WaitRequest,
+)
 from ._trio import RunOnce, open_service_nursery
 from .errors import ProviderClosedError, SessionShuttingDownError
 
@@ -86,6 +96,41 @@ class InProcessSession:
         self._check()
         return await self._runtime.terminate(cell_id)
 
+    async def execute_to_pending(
+        self, request: ExecuteRequest, delegate: SessionDelegate
+    ) -> Pending | Completed | Terminated:
+        """Admit a cell and run it to its pending frontier, or its end.
+
+        Cancelled before it returns, it terminates the cell.
+
+        Raises:
+            SessionShuttingDownError: shutdown has begun.
+            ProviderClosedError: the provider was closed.
+        """
+        self._check()
+        return await self._runtime.execute_to_pending(request, delegate)
+
+    async def wait_to_pending(self, cell_id: str) -> WaitOutcome:
+        """Resume a cell and observe it to its next pending frontier, or its end.
+
+        Raises:
+            ObserverBusyError: another observation of the cell is in progress.
+            SessionShuttingDownError: shutdown has begun.
+            ProviderClosedError: the provider was closed.
+        """
+        self._check()
+        return await self._runtime.wait_to_pending(cell_id)
+
+    async def preempt(self, cell_id: str) -> None:
+        """Make the cell's active observation return `Yielded` now.
+
+        Raises:
+            SessionShuttingDownError: shutdown has begun.
+            ProviderClosedError: the provider was closed.
+        """
+        self._check()
+        await self._runtime.preempt(cell_id)
+
     async def shutdown(self) -> None:
         """Terminate every cell and return once each has closed (rule 1)."""
         await self._shutdown.run(self._provider._nursery, self._shut_down)
@@ -106,8 +151,11 @@ class InProcessProvider:
         self._sessions: set[InProcessSession] = set()
         self.closed = False
 
-    async def create_session(self, limits: CellLimits | None = None) -> InProcessSession:
-        """A new session with its own cells, stored values and limits.
+    async def create_session(
+        self, limits: CellLimits | None = None, *, store_load: bool = True
+    ) -> InProcessSession:
+        """A new session with its own cells, stored values and limits (`store_load=False`:
+        cells have no `store` / `load`, and nothing is retained).
 
         Raises:
             InvalidRequestError: invalid limits.
@@ -117,7 +165,8 @@ class InProcessProvider:
         if self.closed:
             raise ProviderClosedError()
         limits = (limits or CellLimits()).checked()
-        session = InProcessSession(self, RuntimeSession(self._engine, self._nursery, limits))
+        runtime = RuntimeSession(self._engine, self._nursery, limits, store_load=store_load)
+        session = InProcessSession(self, runtime)
         self._sessions.add(session)
         return session
 

@@ -12,6 +12,8 @@ from codemode import (
     ExecuteRequest,
     JsonValue,
     NestedToolCall,
+    Pending,
+    RuntimeResponse,
     ToolDefinition,
     ToolName,
     WaitRequest,
@@ -54,7 +56,7 @@ async def main() -> None:
         session = await provider.create_session()
         request = ExecuteRequest(tool_call_id="call-1", source=SOURCE, enabled_tools=[WEATHER])
         started = await session.execute(request, Delegate())
-        response = await started.initial_response()
+        response: RuntimeResponse | Pending = await started.initial_response()
         while isinstance(response, Yielded):  # still running: observe it again
             response = (await session.wait(WaitRequest(cell_id=started.cell_id))).response
         print(type(response).__name__, response.content_items)

@@ -16,6 +16,7 @@ EV_YIELD: Final[int]
 EV_TIMER_SET: Final[int]
 EV_TIMER_CLEAR: Final[int]
 EV_FINISHED: Final[int]
+EV_IDLE: Final[int]
 
 OUTCOME_OK: Final[int]
 OUTCOME_ERROR: Final[int]

@@ -1,10 +1,10 @@
 """The host's requests and reverse calls: each operation the client asked for, run on the runtime.
 
-Every request runs as its own task in the host's work nursery. Execute and wait run inside a
-cancel scope that `operation/cancel` cancels: a cancelled execute that was not admitted yet
-answers `code-mode request cancelled`; once admitted, a cancel only ends its initial
-observation (the client terminates a cell it no longer wants). Terminate and shutdown are not
-cancellable.
+Every request runs as its own task in the host's work nursery. Execute and wait (either kind)
+run inside a cancel scope that `operation/cancel` cancels: a cancelled execute that was not
+admitted yet answers `code-mode request cancelled`; once admitted, a cancel only ends its
+initial observation (the client terminates a cell it no longer wants). Terminate and shutdown
+are not cancellable. `operation/yield` preempts the cell an execute or a wait observes.
 
 Reverse calls: a cell's tool call or notification becomes a `delegate/request` through the
 connection, awaited in a one-shot slot; when the cell cancels it, the connection sends
@@ -16,22 +16,27 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TypeVar
 
 import msgspec
 import trio
 from codemode_host.engine import Engine
-from codemode_host.runtime import RuntimeSession
+from codemode_host.runtime import Preemption, RuntimeSession
 
 from codemode import (
     CellLimits,
     CodeModeError,
+    Completed,
     JsonValue,
     NestedToolCall,
+    Pending,
     RuntimeResponse,
     StartedCell,
+    Terminated,
     ToolError,
     WaitOutcome,
+    Yielded,
 )
 from codemode._trio import OneShot
 from codemode.errors import ErrorKind, error_kind
@@ -39,6 +44,7 @@ from codemode.protocol import (
     MAX_FRAME_BYTES,
     Err,
     Execute,
+    ExecuteToPending,
     ExecutionStarted,
     FrameTooLargeError,
     HostConnection,
@@ -57,6 +63,7 @@ from codemode.protocol import (
     ToolResult,
     Wait,
     WaitCompleted,
+    WaitToPending,
 )
 
 logger = logging.getLogger("codemode.host")
@@ -74,7 +81,10 @@ def _failure(error: CodeModeError) -> Err:
     return Err(kind=error_kind(error), message=str(error))
 
 
-def _timed(response: RuntimeResponse, started: float) -> RuntimeResponse:
+_Response = TypeVar("_Response", bound=Yielded | Completed | Terminated | Pending)
+
+
+def _timed(response: _Response, started: float) -> _Response:
     return msgspec.structs.replace(response, host_duration=time.perf_counter() - started)
 
 
@@ -86,11 +96,15 @@ class _Cancellable:
     """An operation `operation/cancel` may target: cancels its current scope, or the next
     one it enters if it is between two (an execute between admission and observation)."""
 
-    __slots__ = ("_scope", "cancelled")
+    __slots__ = ("_scope", "cancelled", "observed", "preemption")
 
     def __init__(self) -> None:
         self.cancelled = False
         self._scope: trio.CancelScope | None = None
+        self.observed: tuple[str, str] | None = None
+        """The session and cell an execute observes, once admitted (`operation/yield`)."""
+        self.preemption: Preemption | None = None
+        """A wait's `operation/yield`, also when it comes before the wait attached."""
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -140,8 +154,10 @@ class Requests:
     def start(self, request_id: int, request: HostRequest) -> None:
         """Run a request the connection accepted, as a task."""
         operation = _Cancellable()
-        if isinstance(request, Execute | Wait):
+        if isinstance(request, Execute | Wait | WaitToPending):
             self._active[request_id] = operation
+        if isinstance(request, Wait):
+            operation.preemption = Preemption()
         self._nursery.start_soon(self._run, request_id, request, operation)
 
     def cancel(self, request_id: int) -> None:
@@ -149,6 +165,17 @@ class Requests:
         operation = self._active.get(request_id)
         if operation is not None:
             operation.cancel()
+
+    def preempt(self, request_id: int) -> None:
+        """`operation/yield` of an active execute or wait: its observation yields now."""
+        operation = self._active.get(request_id)
+        if operation is not None and operation.preemption is not None:
+            operation.preemption.request()
+        elif operation is not None and operation.observed is not None:
+            session_id, cell_id = operation.observed
+            session = self._sessions.get(session_id)
+            if session is not None:
+                session.request_preempt(cell_id)
 
     def answered(self, call_id: int, result: DelegateResult) -> None:
         slot = self._calls.get(call_id)
@@ -169,7 +196,14 @@ class Requests:
                 case Wait(session_id=session_id, request=wait):
                     result: Ok[HostResponse] | Err = CANCELLED
                     with operation.scope():
-                        outcome = await self._sessions[session_id].wait(wait)
+                        outcome = await self._sessions[session_id].wait(
+                            wait, preemption=operation.preemption
+                        )
+                        result = Ok(value=WaitCompleted(outcome=_timed_outcome(outcome, started)))
+                case WaitToPending(session_id=session_id, cell_id=cell_id):
+                    result = CANCELLED
+                    with operation.scope():
+                        outcome = await self._sessions[session_id].wait_to_pending(cell_id)
                         result = Ok(value=WaitCompleted(outcome=_timed_outcome(outcome, started)))
                 case OpenSession():
                     result = self._open(request)
@@ -193,7 +227,11 @@ class Requests:
         # Invalid limits raise InvalidRequestError, answered by `_run` with its kind.
         limits = (request.cell_execution_limits or CellLimits()).checked()
         self._sessions[request.session_id] = RuntimeSession(
-            self._engine, self._nursery, limits, max_response_bytes=RESPONSE_BUDGET
+            self._engine,
+            self._nursery,
+            limits,
+            max_response_bytes=RESPONSE_BUDGET,
+            store_load=request.store_load,
         )
         return Ok(value=SessionReady(session_id=request.session_id))
 
@@ -201,17 +239,25 @@ class Requests:
         self, request_id: int, request: Execute, operation: _Cancellable, started: float
     ) -> None:
         session_id = request.session_id
+        session = self._sessions[session_id]
         delegate = _RemoteDelegate(self, session_id)
-        with operation.scope() as admission:
-            cell: StartedCell = await self._sessions[session_id].execute(request.request, delegate)
-        if admission.cancelled_caught:  # cancelled before the runtime admitted it: no cell
-            self._respond(request_id, CANCELLED)
-            return
-        self._respond(request_id, Ok(value=ExecutionStarted(cell_id=cell.cell_id)))
-        initial: Ok[RuntimeResponse] | Err = CANCELLED
+        observe: Callable[[], Awaitable[RuntimeResponse | Pending]]
+        if isinstance(request, ExecuteToPending):
+            frontier_cell = session.start_to_pending(request.request, delegate)
+            cell_id, observe = frontier_cell.cell_id, frontier_cell.initial_response
+        else:
+            with operation.scope() as admission:
+                cell: StartedCell = await session.execute(request.request, delegate)
+            if admission.cancelled_caught:  # cancelled before the runtime admitted it: no cell
+                self._respond(request_id, CANCELLED)
+                return
+            cell_id, observe = cell.cell_id, cell.initial_response
+            operation.observed = (session_id, cell_id)
+        self._respond(request_id, Ok(value=ExecutionStarted(cell_id=cell_id)))
+        initial: Ok[RuntimeResponse | Pending] | Err = CANCELLED
         try:
             with operation.scope():
-                initial = Ok(value=_timed(await cell.initial_response(), started))
+                initial = Ok(value=_timed(await observe(), started))
         except CodeModeError as error:
             initial = _failure(error)
         except Exception as error:

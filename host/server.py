@@ -20,12 +20,14 @@ it broke the protocol, the stream broke, or the shutdown timed out.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 import trio
 from codemode_host.engine import open_engine
 
 from codemode._trio import FrameWriter
 from codemode.protocol import (
+    CAPABILITIES,
     NEED_DATA,
     CancelRequested,
     ConnectionEnded,
@@ -33,6 +35,7 @@ from codemode.protocol import (
     HandshakeCompleted,
     HandshakeRejected,
     HostConnection,
+    PreemptRequested,
     RemoteProtocolError,
     RequestReceived,
 )
@@ -50,6 +53,7 @@ async def serve_connection(
     send: trio.abc.SendStream,
     *,
     parent_pidfd: int | None = None,
+    capabilities: Iterable[str] = CAPABILITIES,
 ) -> int:
     """Serve the protocol on one stream pair until the client goes away; the exit status.
 
@@ -58,8 +62,10 @@ async def serve_connection(
         send: where the host's frames go.
         parent_pidfd: a pidfd of the client's process: when it dies the host stops serving as
             if the client had closed the stream (DESIGN section 3).
+        capabilities: what the host offers in the handshake (tests narrow it to play an
+            older host).
     """
-    connection = HostConnection()
+    connection = HostConnection(supported_capabilities=capabilities)
     wire = FrameWriter(send, connection.data_to_send)
     status = 0
     write_failed = False
@@ -110,6 +116,8 @@ async def _read(
                     requests.start(request_id, request)
                 case CancelRequested(request_id=request_id):
                     requests.cancel(request_id)
+                case PreemptRequested(request_id=request_id):
+                    requests.preempt(request_id)
                 case DelegateAnswered(call_id=call_id, result=result):
                     requests.answered(call_id, result)
                 case HandshakeCompleted():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import msgspec
 import pytest
@@ -12,11 +12,14 @@ from codemode_host.engine import Engine, open_engine
 import codemode
 from codemode import (
     CellLimits,
+    Completed,
     ExecuteRequest,
+    Pending,
     RuntimeResponse,
     Session,
     SessionDelegate,
     StartedCell,
+    Terminated,
     WaitOutcome,
     WaitRequest,
 )
@@ -24,7 +27,9 @@ from tests.delegates import RecordingDelegate
 
 
 class Provider(Protocol):
-    async def create_session(self, limits: CellLimits | None = None) -> Session: ...
+    async def create_session(
+        self, limits: CellLimits | None = None, *, store_load: bool = True
+    ) -> Session: ...
 
 
 @pytest.fixture
@@ -47,7 +52,10 @@ async def provider(request: pytest.FixtureRequest) -> AsyncIterator[Provider]:
             yield _CheckedProvider(process, timed=True)
 
 
-def _checked_response(response: RuntimeResponse, timed: bool) -> RuntimeResponse:
+_R = TypeVar("_R", bound=RuntimeResponse | Pending)
+
+
+def _checked_response(response: _R, timed: bool) -> _R:
     if timed:
         assert isinstance(response.host_duration, float)
         assert response.host_duration >= 0
@@ -89,14 +97,29 @@ class _DurationCheckedSession:
     async def shutdown(self) -> None:
         await self._session.shutdown()
 
+    async def execute_to_pending(
+        self, request: ExecuteRequest, delegate: SessionDelegate
+    ) -> Pending | Completed | Terminated:
+        return _checked_response(
+            await self._session.execute_to_pending(request, delegate), self._timed
+        )
+
+    async def wait_to_pending(self, cell_id: str) -> WaitOutcome:
+        return self._outcome(await self._session.wait_to_pending(cell_id))
+
+    async def preempt(self, cell_id: str) -> None:
+        await self._session.preempt(cell_id)
+
 
 class _CheckedProvider:
     def __init__(self, provider: Provider, timed: bool) -> None:
         self._provider = provider
         self._timed = timed
 
-    async def create_session(self, limits: CellLimits | None = None) -> Session:
-        session = await self._provider.create_session(limits)
+    async def create_session(
+        self, limits: CellLimits | None = None, *, store_load: bool = True
+    ) -> Session:
+        session = await self._provider.create_session(limits, store_load=store_load)
         return _DurationCheckedSession(session, self._timed)
 
 

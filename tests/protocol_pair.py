@@ -7,7 +7,7 @@ and collects the events each side produced. Every frame that crosses is also dec
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from codemode.protocol import (
     LIMITS_CAPABILITY,
@@ -35,8 +35,10 @@ def _chunks(data: bytes, size: int | None) -> Iterator[bytes]:
 class Pair:
     """An in-memory connection pair; nothing runs until `flush()`."""
 
-    def __init__(self, *, chunk: int | None = None) -> None:
-        self.client = ClientConnection(optional_capabilities=[LIMITS_CAPABILITY])
+    def __init__(
+        self, *, chunk: int | None = None, capabilities: Iterable[str] = (LIMITS_CAPABILITY,)
+    ) -> None:
+        self.client = ClientConnection(optional_capabilities=capabilities)
         self.host = HostConnection()
         self.chunk = chunk
         self.client_frames: list[ClientMessage] = []

@@ -8,6 +8,7 @@ from codemode import (
     InputText,
     LiveCell,
     MissingCell,
+    Pending,
     RuntimeResponse,
     Session,
     SessionDelegate,
@@ -55,7 +56,7 @@ async def run(
     return await started.initial_response()
 
 
-def texts(value: RuntimeResponse | WaitOutcome | list[ContentItem]) -> list[str]:
+def texts(value: RuntimeResponse | Pending | WaitOutcome | list[ContentItem]) -> list[str]:
     """The texts of a response's (or an outcome's) content items."""
     if isinstance(value, LiveCell | MissingCell):
         value = value.response

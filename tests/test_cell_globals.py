@@ -474,7 +474,7 @@ async def test_tools_and_all_tools(engine: Engine) -> None:
 async def test_calling_a_tool_that_is_not_enabled_is_a_type_error(engine: Engine) -> None:
     run = await run_cell(engine, "await tools.hidden({})", tools=TOOLS)
     assert run.error is not None
-    assert run.error.startswith("TypeError: not a function")
+    assert run.error.startswith("TypeError: not a function")  # the runtime names the callee
 
 
 async def test_tool_call_inputs(engine: Engine) -> None:

@@ -84,7 +84,7 @@ async def test_app_only_tools_are_not_visible_or_runnable_by_code_mode_model(
     [error] = body(called)
     assert isinstance(error, str)
     assert error.startswith("Script error:\nTypeError: ")
-    assert "not a function" in error
+    assert error.startswith("Script error:\nTypeError: tools.hidden_app_tool is not a function")
 
 
 async def test_code_mode_update_plan_nested_tool_result_is_empty_object(

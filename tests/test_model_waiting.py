@@ -8,12 +8,15 @@ import trio
 
 from codemode import (
     CodeMode,
+    Completed,
     ExecuteRequest,
     JsonValue,
     NestedToolCall,
+    Pending,
     Session,
     SessionDelegate,
     StartedCell,
+    Terminated,
     WaitOutcome,
     WaitRequest,
 )
@@ -51,6 +54,17 @@ class ObservedSession:
         self._changed.set()
         self._changed = trio.Event()
         return outcome
+
+    async def execute_to_pending(
+        self, request: ExecuteRequest, delegate: SessionDelegate
+    ) -> Pending | Completed | Terminated:
+        return await self._session.execute_to_pending(request, delegate)
+
+    async def wait_to_pending(self, cell_id: str) -> WaitOutcome:
+        return await self._session.wait_to_pending(cell_id)
+
+    async def preempt(self, cell_id: str) -> None:
+        await self._session.preempt(cell_id)
 
     async def terminate(self, cell_id: str) -> WaitOutcome:
         return await self._session.terminate(cell_id)

@@ -22,6 +22,7 @@ from codemode import (
     LiveCell,
     MissingCell,
     NestedToolCall,
+    Pending,
     Terminated,
     ToolDefinition,
     ToolKind,
@@ -40,6 +41,7 @@ from codemode.protocol import (
     Err,
     ErrorKind,
     Execute,
+    ExecuteToPending,
     ExecutionStarted,
     FrameDecodeError,
     FrameDecoder,
@@ -58,6 +60,7 @@ from codemode.protocol import (
     OperationCancel,
     OperationRequest,
     OperationResponse,
+    OperationYield,
     ProtocolError,
     Ready,
     Rejected,
@@ -69,6 +72,7 @@ from codemode.protocol import (
     ToolResult,
     Wait,
     WaitCompleted,
+    WaitToPending,
 )
 
 TOOL = ToolDefinition(
@@ -109,6 +113,15 @@ CLIENT_MESSAGES: list[object] = [
     OperationRequest(id=4, request=Terminate(session_id="s", cell_id="1")),
     OperationRequest(id=5, request=ShutdownSession(session_id="s")),
     OperationCancel(id=2),
+    OperationRequest(id=9, request=OpenSession(session_id="s", store_load=False)),
+    OperationRequest(
+        id=10,
+        request=ExecuteToPending(
+            session_id="s", request=ExecuteRequest(tool_call_id="call-2", source="text(2)")
+        ),
+    ),
+    OperationRequest(id=11, request=WaitToPending(session_id="s", cell_id="1")),
+    OperationYield(id=3),
     DelegateResponse(id=6, result=Ok(value=ToolResult(result={"answer": 42}))),
     DelegateResponse(id=7, result=Ok(value=NotificationDelivered())),
     DelegateResponse(id=8, result=Err(kind=ErrorKind.TOOL, message="tool failed")),
@@ -156,6 +169,27 @@ HOST_MESSAGES: list[object] = [
     ),
     InitialResponse(id=2, result=Ok(value=Terminated(cell_id="1", content_items=[]))),
     InitialResponse(id=8, result=Err(kind=ErrorKind.INTERNAL, message="execution failed")),
+    InitialResponse(
+        id=10,
+        result=Ok(
+            value=Pending(
+                cell_id="1",
+                content_items=[InputText(text="before")],
+                pending_tool_call_ids=["tool-1", "tool-2"],
+                host_duration=0.25,
+            )
+        ),
+    ),
+    OperationResponse(
+        id=11,
+        result=Ok(
+            value=WaitCompleted(
+                outcome=LiveCell(
+                    response=Pending(cell_id="1", content_items=[], pending_tool_call_ids=[])
+                )
+            )
+        ),
+    ),
     DelegateRequest(id=10, session_id="s", request=ToolInvoke(invocation=CALL)),
     DelegateRequest(
         id=11,
@@ -330,6 +364,20 @@ INVALID_STATES: list[tuple[str, Callable[[], object], dict[str, object]]] = [
             "id": 1,
             "request": {"method": "session/open", "session_id": ""},
         },
+    ),
+    (
+        "empty session id of a frontier wait",
+        lambda: WaitToPending(session_id="", cell_id="1"),
+        {
+            "type": "operation/request",
+            "id": 1,
+            "request": {"method": "session/waitToPending", "session_id": "", "cell_id": "1"},
+        },
+    ),
+    (
+        "yield of request id 0",
+        lambda: OperationYield(id=0),
+        {"type": "operation/yield", "id": 0},
     ),
     (
         "version 0",

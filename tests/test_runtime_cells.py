@@ -384,6 +384,8 @@ async def test_dropping_the_started_cell_frees_the_observer_slot(
         del started
         # The notification follows the text: once the delegate has it, the output is buffered.
         await delegate.until(lambda: len(delegate.notifications) == 1)
+        # The finalizer schedules the release with run_sync_soon: let it run.
+        await trio.testing.wait_all_tasks_blocked()
         outcome = await session.wait(wait_request(yield_time_ms=1))
         await session.terminate("1")
     assert texts(outcome) == ["kept"]

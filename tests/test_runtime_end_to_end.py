@@ -338,7 +338,7 @@ async def test_tools_that_are_not_enabled_cannot_be_called(
     assert isinstance(response, Completed)
     assert texts(response) == ["0"]
     assert response.error_text is not None
-    assert response.error_text.startswith("TypeError: not a function")
+    assert response.error_text.startswith("TypeError: tools.hidden is not a function")
 
 
 async def test_code_mode_lists_global_scope_items(

@@ -1,6 +1,6 @@
 """Session behaviour through the public API: reference-runtime 9.1 to 9.3 (service, contract
 and session-runtime tests). The pending-frontier tests (`execute_to_pending_*`,
-`wait_to_pending_*`) have no counterpart: DESIGN section 4 has no pending-frontier API."""
+`wait_to_pending_*`) are in `test_pending_frontier.py`."""
 
 from __future__ import annotations
 

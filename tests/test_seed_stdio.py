@@ -29,6 +29,7 @@ from codemode import (
     JsonValue,
     LiveCell,
     NestedToolCall,
+    Pending,
     RuntimeResponse,
     Session,
     SessionDelegate,
@@ -132,11 +133,12 @@ async def execute_to_terminal(
     response = await started.initial_response()
     while isinstance(response, Yielded):
         outcome = await session.wait(WaitRequest(cell_id=response.cell_id, yield_time_ms=60_000))
+        assert not isinstance(outcome.response, Pending)  # only frontier operations return one
         response = outcome.response
     return response
 
 
-def timed(response: RuntimeResponse) -> float:
+def timed(response: RuntimeResponse | Pending) -> float:
     assert isinstance(response.host_duration, float)
     return response.host_duration
 

@@ -32,6 +32,7 @@ from codemode import (
     HostLostError,
     InputText,
     LiveCell,
+    Pending,
     ProviderClosedError,
     RuntimeResponse,
     Session,
@@ -180,7 +181,7 @@ async def test_no_output_is_lost_when_waits_are_cancelled_at_random(kind: str) -
     received: list[str] = []
     ended = False
 
-    def take(response: RuntimeResponse) -> None:
+    def take(response: RuntimeResponse | Pending) -> None:
         nonlocal ended
         received.extend(texts(response))
         ended = not isinstance(response, Yielded)
@@ -484,7 +485,7 @@ async def test_output_larger_than_a_frame_arrives_over_several_responses(kind: s
     with trio.fail_after(60):
         async with session_of(kind) as session:
             started = await session.execute(request(source), RecordingDelegate())
-            responses: list[RuntimeResponse] = [await started.initial_response()]
+            responses: list[RuntimeResponse | Pending] = [await started.initial_response()]
             while isinstance(responses[-1], Yielded):
                 responses.append((await session.wait(WaitRequest(cell_id="1"))).response)
     endings = [text[-1] for response in responses for text in texts(response)]

@@ -26,6 +26,7 @@ import trio
 
 from .._api import (
     ExecuteRequest,
+    Pending,
     RuntimeResponse,
     Session,
     SessionDelegate,
@@ -209,7 +210,9 @@ class CodeMode:
                 outcome = await self._observe(parsed, started_at)
         except CodeModeError as error:
             return error_output(str(error), tool="wait", cell_id=parsed.cell_id)
-        return await self._format(outcome.response, started_at, parsed.max_tokens, "wait")
+        response = outcome.response
+        assert not isinstance(response, Pending), "only the frontier operations return one"
+        return await self._format(response, started_at, parsed.max_tokens, "wait")
 
     def _window(self, yield_time_ms: int | None) -> int | None:
         if self._min_yield_time_ms is None:

@@ -33,7 +33,7 @@ from .._api import CellLimits, ExecuteRequest, SessionDelegate
 from .._trio import CLEANUP_GRACE, FrameWriter, OneShot, open_service_nursery
 from ..errors import HostLostError
 from ..protocol import (
-    LIMITS_CAPABILITY,
+    CAPABILITIES,
     NEED_DATA,
     Answered,
     CellEnded,
@@ -86,7 +86,7 @@ class HostLink:
     def __init__(self, command: list[str], handshake_timeout: float = HANDSHAKE_TIMEOUT) -> None:
         self._command = command
         self._handshake_timeout = handshake_timeout
-        self._connection = ClientConnection(optional_capabilities=[LIMITS_CAPABILITY])
+        self._connection = ClientConnection(optional_capabilities=CAPABILITIES)
         self._stderr = StderrTail()
         self._process: trio.Process | None = None
         self._life: trio.CancelScope | None = None
@@ -325,9 +325,12 @@ class HostLink:
             raise answer
         return answer
 
-    async def open_session(self, session_id: str, limits: CellLimits | None) -> HostResult:
+    async def open_session(
+        self, session_id: str, limits: CellLimits | None, *, store_load: bool = True
+    ) -> HostResult:
         self._check()
-        return await self._await(self._connection.open_session(session_id, limits), session_id)
+        request_id = self._connection.open_session(session_id, limits, store_load=store_load)
+        return await self._await(request_id, session_id)
 
     async def execute(
         self,
@@ -335,15 +338,18 @@ class HostLink:
         request: ExecuteRequest,
         delegate: SessionDelegate,
         public_id: Callable[[str], str],
+        *,
+        to_pending: bool = False,
     ) -> tuple[HostResult, int]:
-        """Start a cell; returns the answer and the execute's request id (the key of its
-        initial response). Cancelled before the answer: the cell is terminated once admitted.
+        """Start a cell (`to_pending`: its initial observation runs to its pending frontier);
+        returns the answer and the execute's request id (the key of its initial response).
+        Cancelled before the answer: the cell is terminated once admitted.
 
         Raises:
             FrameTooLargeError: the request does not fit in a frame (nothing was sent).
         """
         self._check()
-        request_id = self._connection.execute(session_id, request)
+        request_id = self._connection.execute(session_id, request, to_pending=to_pending)
         self._executes[request_id] = _Execute(session_id, delegate, public_id)
         return await self._await(request_id, session_id), request_id
 
@@ -366,11 +372,23 @@ class HostLink:
             self._connection.release_initial(request_id)
             self._pump()
 
-    async def wait(self, session_id: str, cell_id: str, yield_time_ms: int) -> HostResult:
+    def abandon(self, request_id: int, session_id: str, cell_id: str) -> None:
+        """Terminate the cell of execute `request_id`: its caller went away without its id."""
+        if self.alive:
+            self._connection.abandon(request_id, session_id, cell_id)
+            self._pump()
+
+    async def wait(self, session_id: str, cell_id: str, yield_time_ms: int | None) -> HostResult:
+        """Observe a cell (`yield_time_ms` None: to its pending frontier)."""
         self._check()
         return await self._await(
             self._connection.wait(session_id, cell_id, yield_time_ms), session_id
         )
+
+    def preempt(self, session_id: str, cell_id: str) -> None:
+        self._check()
+        self._connection.preempt(session_id, cell_id)
+        self._pump()
 
     async def terminate(self, session_id: str, cell_id: str) -> HostResult:
         self._check()
@@ -383,6 +401,11 @@ class HostLink:
     def cells_of(self, session_id: str) -> list[ClientCell]:
         """The session's cells that are live or closing (their `cell_closed` still to come)."""
         return self._cells.of_session(session_id)
+
+    async def calls_started(self, session_id: str, cell_id: str) -> None:
+        """Wait until the delegate saw every call the host made for the cell so far (bounded
+        by the cleanup grace)."""
+        await self._cells.all_started((session_id, cell_id), bound=CLEANUP_GRACE)
 
     async def settle(self, session_id: str, cell_id: str, *, closed: bool) -> None:
         """Wait until the cell's reverse calls returned (or, with `closed`, until its

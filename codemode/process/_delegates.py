@@ -9,6 +9,8 @@ Rules (reference-host 4.4):
 2. `delegate/cancel` cancels one call; `cell/closed` (or the loss of the host) cancels all of a
    cell's calls, and `cell_closed` runs once they returned or after the 1 s grace, exactly once.
 3. The delegate sees the cell's public id (`g2:1` after a host restart).
+4. A pending frontier reaches its caller after the delegate saw every call received before it
+   (`all_started`), as in-process: the application can settle the calls it lists.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class ClientCell:
         self.delegate = delegate
         self.calls = CallbackGroup(nursery)
         self.closed = trio.Event()
+        self.unstarted = 0
+        self.started = trio.Event()
 
 
 class ClientCells:
@@ -128,6 +132,18 @@ class ClientCells:
             else:
                 await cell.calls.wait_idle()
 
+    async def all_started(self, key: Key, *, bound: float) -> None:
+        """Wait until every call received for the cell reached its delegate (rule 4), for at
+        most `bound` seconds; shielded (its caller already holds an answer)."""
+        cell = self._live.get(key)
+        if cell is None:
+            return
+        with trio.CancelScope(shield=True), trio.move_on_after(bound):
+            while cell.unstarted:
+                if cell.started.is_set():
+                    cell.started = trio.Event()
+                await cell.started.wait()
+
     # ---- reverse calls -------------------------------------------------------------------
 
     def start_call(self, event: DelegateRequested) -> bool:
@@ -135,6 +151,7 @@ class ClientCells:
         cell = self._live.get((event.session_id, event.cell_id))
         if cell is None:
             return False
+        cell.unstarted += 1
         self._calls[event.call_id] = cell.calls.start(self._run_call, event, cell)
         return True
 
@@ -144,6 +161,8 @@ class ClientCells:
             scope.cancel()
 
     async def _run_call(self, event: DelegateRequested, cell: ClientCell) -> None:
+        cell.unstarted -= 1
+        cell.started.set()
         request = event.request
         result: Ok[ToolResult | NotificationDelivered] | Err
         try:

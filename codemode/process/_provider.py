@@ -47,8 +47,11 @@ class ProcessProvider:
         self._sessions: set[ProcessSession] = set()
         self.closed = False
 
-    async def create_session(self, limits: CellLimits | None = None) -> ProcessSession:
-        """A new session, opened on the host at once (spawning it if needed).
+    async def create_session(
+        self, limits: CellLimits | None = None, *, store_load: bool = True
+    ) -> ProcessSession:
+        """A new session, opened on the host at once (spawning it if needed); `store_load=False`:
+        its cells have no `store` / `load`, and the host keeps nothing.
 
         Raises:
             InvalidRequestError: invalid limits (checked here, as in-process, and by the host).
@@ -58,7 +61,7 @@ class ProcessProvider:
         if self.closed:
             raise ProviderClosedError()
         limits = (limits or CellLimits()).checked()
-        session = ProcessSession(self, limits)
+        session = ProcessSession(self, limits, store_load=store_load)
         self._sessions.add(session)
         try:
             await session._bind()

@@ -13,13 +13,15 @@ Rules:
    stop it, and every later `shutdown()` waits for the same end.
 3. After shutdown began every operation raises `SessionShuttingDownError`; after the provider
    closed, `ProviderClosedError`.
+4. The pending frontier and preempt need the host's capabilities; without them the operation
+   raises a `CodeModeError` naming the capability.
 """
 
 from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 import trio
@@ -29,6 +31,7 @@ from .._api import (
     Completed,
     ExecuteRequest,
     LiveCell,
+    Pending,
     RuntimeResponse,
     SessionDelegate,
     StartedCell,
@@ -51,6 +54,8 @@ from ..errors import (
 )
 from ..protocol import (
     LIMITS_CAPABILITY,
+    PENDING_FRONTIER_CAPABILITY,
+    YIELD_CAPABILITY,
     Err,
     ExecutionStarted,
     FrameTooLargeError,
@@ -69,6 +74,9 @@ logger = logging.getLogger("codemode.process")
 UNCANCELLABLE_TIMEOUT = 60.0
 """Bound on terminate and a session's shutdown, which callers cannot cancel (reference-host
 4.2)."""
+
+
+_R = TypeVar("_R", bound=RuntimeResponse | Pending)
 
 
 class _Binding:
@@ -92,8 +100,14 @@ class _Binding:
             raise StaleGenerationError(public_id)
         return public_id[len(prefix) :]
 
-    def response(self, response: RuntimeResponse) -> RuntimeResponse:
+    def response(self, response: _R) -> _R:
         return msgspec.structs.replace(response, cell_id=self.public_id(response.cell_id))
+
+    def need(self, capability: str, feature: str) -> None:
+        if capability not in self.link.capabilities:
+            raise CodeModeError(
+                f"code-mode host does not support {feature}: missing `{capability}` capability"
+            )
 
     def outcome(self, result: Ok[Any] | Err, public_id: str) -> WaitOutcome:
         value = _unwrap(result, public_id)
@@ -112,9 +126,12 @@ def _unwrap(result: Ok[Any] | Err, cell_id: str | None = None) -> object:
 class ProcessSession:
     """A code-mode session whose cells run in the provider's host process."""
 
-    def __init__(self, provider: ProcessProvider, limits: CellLimits) -> None:
+    def __init__(
+        self, provider: ProcessProvider, limits: CellLimits, *, store_load: bool = True
+    ) -> None:
         self._provider = provider
         self._limits = limits
+        self._store_load = store_load
         self._binding: _Binding | None = None
         self._retired: list[_Binding] = []
         self._generation = 0
@@ -160,7 +177,9 @@ class ProcessSession:
                     )
                 limits = self._limits
             session_id = self._provider._next_session_id()
-            ready = _unwrap(await link.open_session(session_id, limits))
+            ready = _unwrap(
+                await link.open_session(session_id, limits, store_load=self._store_load)
+            )
             if not isinstance(ready, SessionReady):
                 raise HostLostError("code-mode host returned an invalid open-session response")
             self._generation += 1
@@ -205,9 +224,12 @@ class ProcessSession:
         await self._settle(binding, response)
         return binding.response(response)
 
-    async def _settle(self, binding: _Binding, response: RuntimeResponse) -> None:
-        """A cell's end reaches the caller after its delegate calls were cleaned up."""
-        if not isinstance(response, Yielded):
+    async def _settle(self, binding: _Binding, response: RuntimeResponse | Pending) -> None:
+        """A cell's end reaches the caller after its delegate calls were cleaned up; a frontier
+        after the delegate saw each call it lists."""
+        if isinstance(response, Pending):
+            await binding.link.calls_started(binding.session_id, response.cell_id)
+        elif isinstance(response, Completed | Terminated):
             await binding.link.settle(binding.session_id, response.cell_id, closed=False)
 
     async def wait(self, request: WaitRequest) -> WaitOutcome:
@@ -219,6 +241,56 @@ class ProcessSession:
         if isinstance(outcome, LiveCell):
             await self._settle(binding, msgspec.structs.replace(outcome.response, cell_id=wire_id))
         return outcome
+
+    async def execute_to_pending(
+        self, request: ExecuteRequest, delegate: SessionDelegate
+    ) -> Pending | Completed | Terminated:
+        """Admit a cell in the host and run it to its pending frontier, or its end.
+
+        Cancelled before it returns, the cell (if the host admitted it) is terminated.
+        """
+        binding = await self._bind()
+        binding.need(PENDING_FRONTIER_CAPABILITY, "the pending frontier")
+        link = binding.link
+        try:
+            result, request_id = await link.execute(
+                binding.session_id, request, delegate, binding.public_id, to_pending=True
+            )
+        except FrameTooLargeError as error:
+            raise FrameLimitError(
+                f"code-mode execute request exceeds the IPC frame limit: {error}"
+            ) from None
+        started = _unwrap(result)
+        if not isinstance(started, ExecutionStarted):
+            raise HostLostError("code-mode host returned an invalid execute response")
+        cell_id = binding.public_id(started.cell_id)
+        try:
+            response = _unwrap(await link.initial_response(request_id, binding.session_id), cell_id)
+        except BaseException:
+            link.abandon(request_id, binding.session_id, started.cell_id)
+            raise
+        assert isinstance(response, Pending | Completed | Terminated)
+        await self._settle(binding, response)
+        return binding.response(response)
+
+    async def wait_to_pending(self, cell_id: str) -> WaitOutcome:
+        """Resume a cell and observe it to its next pending frontier, or its end."""
+        binding = await self._bind()
+        binding.need(PENDING_FRONTIER_CAPABILITY, "the pending frontier")
+        wire_id = binding.wire_id(cell_id)
+        result = await binding.link.wait(binding.session_id, wire_id, None)
+        outcome = binding.outcome(result, cell_id)
+        if isinstance(outcome, LiveCell):
+            await self._settle(binding, msgspec.structs.replace(outcome.response, cell_id=wire_id))
+        return outcome
+
+    async def preempt(self, cell_id: str) -> None:
+        """Make the cell's active observation return `Yielded` now (no effect on frontier
+        observers, or when nothing observes it)."""
+        binding = await self._bind()
+        binding.need(YIELD_CAPABILITY, "preempting an observation")
+        binding.link.preempt(binding.session_id, binding.wire_id(cell_id))
+        await trio.lowlevel.checkpoint()
 
     async def terminate(self, cell_id: str) -> WaitOutcome:
         """Stop a cell in the host; returns its undelivered output or buffered completion.

@@ -32,9 +32,13 @@ from ._events import HandshakeCompleted as HandshakeCompleted
 from ._events import HandshakeRejected as HandshakeRejected
 from ._events import HostStatistics as HostStatistics
 from ._events import InitialAnswered as InitialAnswered
+from ._events import PreemptRequested as PreemptRequested
 from ._events import RequestReceived as RequestReceived
+from ._messages import CAPABILITIES as CAPABILITIES
 from ._messages import LIMITS_CAPABILITY as LIMITS_CAPABILITY
+from ._messages import PENDING_FRONTIER_CAPABILITY as PENDING_FRONTIER_CAPABILITY
 from ._messages import PROTOCOL_VERSION as PROTOCOL_VERSION
+from ._messages import YIELD_CAPABILITY as YIELD_CAPABILITY
 from ._messages import CellClosed as CellClosed
 from ._messages import ClientMessage as ClientMessage
 from ._messages import DelegateCancel as DelegateCancel
@@ -42,6 +46,7 @@ from ._messages import DelegateRequest as DelegateRequest
 from ._messages import DelegateResponse as DelegateResponse
 from ._messages import Err as Err
 from ._messages import Execute as Execute
+from ._messages import ExecuteToPending as ExecuteToPending
 from ._messages import ExecutionStarted as ExecutionStarted
 from ._messages import Hello as Hello
 from ._messages import HostMessage as HostMessage
@@ -58,6 +63,7 @@ from ._messages import OpenSession as OpenSession
 from ._messages import OperationCancel as OperationCancel
 from ._messages import OperationRequest as OperationRequest
 from ._messages import OperationResponse as OperationResponse
+from ._messages import OperationYield as OperationYield
 from ._messages import Ready as Ready
 from ._messages import Rejected as Rejected
 from ._messages import RejectReason as RejectReason
@@ -69,6 +75,7 @@ from ._messages import ToolInvoke as ToolInvoke
 from ._messages import ToolResult as ToolResult
 from ._messages import Wait as Wait
 from ._messages import WaitCompleted as WaitCompleted
+from ._messages import WaitToPending as WaitToPending
 from ._statetable import IllegalMoveError as IllegalMoveError
 from ._statetable import StateTable as StateTable
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable
 
-from .._api import LiveCell, RuntimeResponse, WaitOutcome, WaitRequest
+from .._api import LiveCell, Pending, RuntimeResponse, WaitOutcome, WaitRequest, Yielded
 from ..errors import ErrorKind
 from ._cellview import CellView, Observation, ObservationResult, Phase, Trigger
 from ._errors import LocalProtocolError, RemoteProtocolError
@@ -26,10 +26,11 @@ from ._messages import (
     OperationRequest,
     Wait,
     WaitCompleted,
+    WaitToPending,
 )
 
 HostResult = Ok[HostResponse] | Err
-InitialResult = Ok[RuntimeResponse] | Err
+InitialResult = Ok[RuntimeResponse | Pending] | Err
 Key = tuple[str, str]
 
 
@@ -49,15 +50,17 @@ class CellBook:
 
     # ---- the user's side -------------------------------------------------------------------
 
-    def admit(self, session_id: str, cell_id: str, request_id: int) -> CellView:
+    def admit(
+        self, session_id: str, cell_id: str, request_id: int, *, frontier: bool = False
+    ) -> CellView:
         """A cell the host started for execute `request_id`; the `StartedCell` holds its
-        initial observation."""
+        initial observation (`frontier`: an execute to the pending frontier)."""
         key = (session_id, cell_id)
         if key in self.cells:
             raise RemoteProtocolError(
                 f"code-mode host reused live cell {cell_id} in session {session_id}"
             )
-        view = self.cells[key] = CellView(session_id, cell_id, request_id)
+        view = self.cells[key] = CellView(session_id, cell_id, request_id, frontier=frontier)
         assert view.observer is not None
         self.observations[request_id] = view.observer
         return view
@@ -84,15 +87,26 @@ class CellBook:
         elif cancel:
             self._queue(OperationCancel(id=request_id))
 
-    def observe(self, request_id: int, session_id: str, cell_id: str, window_ms: int) -> None:
-        """A wait: answered at once (busy, or from a parked end), deferred, or sent."""
+    def observe(
+        self,
+        request_id: int,
+        session_id: str,
+        cell_id: str,
+        window_ms: int,
+        *,
+        frontier: bool = False,
+    ) -> None:
+        """A wait (`frontier`: a wait to the pending frontier): answered at once (busy, or from
+        parked output), deferred, or sent."""
         view = self.cells.get((session_id, cell_id))
         if view is not None and view.busy:
             busy = f"exec cell {cell_id} already has an active observer"
             err = Err(kind=ErrorKind.OBSERVER_BUSY, message=busy)
             self._events.append(Answered(request_id=request_id, result=err))
             return
-        observation = Observation(session_id, cell_id, request_id, view=view, window_ms=window_ms)
+        observation = Observation(
+            session_id, cell_id, request_id, view=view, window_ms=window_ms, frontier=frontier
+        )
         self.observations[request_id] = observation
         if view is None:
             self._send(observation)
@@ -100,10 +114,18 @@ class CellBook:
         view.move(Trigger.OBSERVE)
         view.observer = observation
         if view.phase is Phase.OBSERVING:
-            if view.parked_final is not None:
-                self._answer(view, LiveCell(response=view.parked_final))
-            else:
-                self._send(observation)
+            self._answer_or_send(view, observation)
+
+    def observing(self, session_id: str, cell_id: str) -> int | None:
+        """The request id of the plain observation of the cell the host is serving (its
+        initial response or a wait), or None: what `operation/yield` targets."""
+        view = self.cells.get((session_id, cell_id))
+        if view is None or view.phase not in (Phase.HELD, Phase.OBSERVING):
+            return None
+        observation = view.observer
+        if observation is None or observation.frontier or observation.answered:
+            return None
+        return observation.request_id
 
     def retire(self, request_id: int) -> bool:
         """The caller of observation `request_id` went away; False if it is no observation."""
@@ -129,7 +151,7 @@ class CellBook:
             self._queue(OperationCancel(id=request_id))
         return True
 
-    def take_back(self, session_id: str, response: RuntimeResponse) -> None:
+    def take_back(self, session_id: str, response: RuntimeResponse | Pending) -> None:
         """Output an answer carried that never reached its caller: parked for the cell's next
         observer (a view is made again if the cell was forgotten meanwhile)."""
         key = (session_id, response.cell_id)
@@ -184,7 +206,9 @@ class CellBook:
             return False
         del self.observations[request_id]
         if isinstance(result, Ok):
-            outcome: ObservationResult = checked_outcome(result.value, observation.cell_id)
+            answer = checked_outcome(result.value, observation.cell_id)
+            _check_kind(observation, answer.response)
+            outcome: ObservationResult = answer
         else:
             outcome = result
         self._answered(observation, outcome)
@@ -205,6 +229,7 @@ class CellBook:
                 "code-mode host returned initial response for cell"
                 f" {result.value.cell_id} instead of {observation.cell_id}"
             )
+        _check_kind(observation, result.value)
         self._answered(observation, LiveCell(response=result.value))
 
     def live(self, session_id: str, cell_id: str) -> CellView | None:
@@ -246,11 +271,15 @@ class CellBook:
         if view.phase is Phase.OBSERVING:  # a deferred observation may go now
             deferred = view.observer
             assert deferred is not None
-            if view.parked_final is not None:
-                self._answer(view, LiveCell(response=view.parked_final))
-            else:
-                self._send(deferred)
+            self._answer_or_send(view, deferred)
         self.forget_if_done(view)
+
+    def _answer_or_send(self, view: CellView, observation: Observation) -> None:
+        parked = view.parked_answer(observation)
+        if parked is not None:
+            self._answer(view, parked)
+        else:
+            self._send(observation)
 
     def _answer(self, view: CellView, result: ObservationResult) -> None:
         observation = view.observer
@@ -273,8 +302,12 @@ class CellBook:
             )
 
     def _send(self, observation: Observation) -> None:
-        request = WaitRequest(cell_id=observation.cell_id, yield_time_ms=observation.window_ms)
-        wait = Wait(session_id=observation.session_id, request=request)
+        wait: Wait | WaitToPending
+        if observation.frontier:
+            wait = WaitToPending(session_id=observation.session_id, cell_id=observation.cell_id)
+        else:
+            request = WaitRequest(cell_id=observation.cell_id, yield_time_ms=observation.window_ms)
+            wait = Wait(session_id=observation.session_id, request=request)
         self._queue(OperationRequest(id=observation.request_id, request=wait))
 
     def _held(self, request_id: int) -> CellView:
@@ -290,6 +323,14 @@ def completed(outcome: WaitOutcome | Err) -> HostResult:
         return outcome
     answer: HostResult = Ok(value=WaitCompleted(outcome=outcome))
     return answer
+
+
+def _check_kind(observation: Observation, response: RuntimeResponse | Pending) -> None:
+    """Only frontier observations get a `Pending`, and they never get a `Yielded`."""
+    if isinstance(response, Pending) and not observation.frontier:
+        raise RemoteProtocolError("code-mode host returned a pending frontier to a plain observer")
+    if isinstance(response, Yielded) and observation.frontier:
+        raise RemoteProtocolError("code-mode host returned a yield to a pending-frontier observer")
 
 
 def checked_outcome(value: object, cell_id: str) -> WaitOutcome:

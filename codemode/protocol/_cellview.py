@@ -11,7 +11,9 @@ Rules:
 1. Every phase change goes through `OBSERVATION` (`move`); nothing assigns a phase by hand.
 2. Parked output: the items of a retired `Yielded` are prepended to the next answer about the
    cell (wait, initial response or terminate); a retired terminal response (`Completed`,
-   `Terminated`) *is* the next answer, with nothing sent to the host.
+   `Terminated`) *is* the next answer, with nothing sent to the host. A retired `Pending` (the
+   host delivered the frontier and keeps the cell paused) is the next *frontier* observation's
+   answer, with nothing sent; a plain observation gets its items in front and resumes the cell.
 3. A view is forgotten once the host closed the cell and nothing about it is pending or parked.
 """
 
@@ -25,6 +27,7 @@ from .._api import (
     Completed,
     ContentItem,
     LiveCell,
+    Pending,
     RuntimeResponse,
     Terminated,
     WaitOutcome,
@@ -84,6 +87,7 @@ class Observation:
     __slots__ = (
         "answered",
         "cell_id",
+        "frontier",
         "initial",
         "request_id",
         "retired",
@@ -101,8 +105,10 @@ class Observation:
         view: CellView | None,
         initial: bool = False,
         window_ms: int = 0,
+        frontier: bool = False,
     ) -> None:
         self.session_id = session_id
+        self.frontier = frontier  # observes to the pending frontier (never a Yielded)
         self.cell_id = cell_id
         self.request_id = request_id
         self.view = view
@@ -122,6 +128,7 @@ class CellView:
         "held_answer",
         "observer",
         "parked_final",
+        "parked_frontier",
         "parked_items",
         "phase",
         "retired",
@@ -129,17 +136,20 @@ class CellView:
         "terminating",
     )
 
-    def __init__(self, session_id: str, cell_id: str, initial: int) -> None:
+    def __init__(
+        self, session_id: str, cell_id: str, initial: int, *, frontier: bool = False
+    ) -> None:
         self.session_id = session_id
         self.cell_id = cell_id
         self.phase = Phase.HELD
         self.observer: Observation | None = Observation(
-            session_id, cell_id, initial, view=self, initial=True
+            session_id, cell_id, initial, view=self, initial=True, frontier=frontier
         )
         self.retired: Observation | None = None
         self.held_answer: ObservationResult | None = None
         self.parked_items: list[ContentItem] = []
         self.parked_final: Completed | Terminated | None = None
+        self.parked_frontier: list[str] | None = None  # the tool call ids of a parked Pending
         self.terminating: int | None = None
         self.calls: set[int] = set()
         self.closed = False
@@ -168,6 +178,7 @@ class CellView:
             and not self.calls
             and not self.parked_items
             and self.parked_final is None
+            and self.parked_frontier is None
         )
 
     def park(self, outcome: ObservationResult) -> None:
@@ -179,8 +190,23 @@ class CellView:
             items = [*self.parked_items, *response.content_items]
             self.parked_final = msgspec.structs.replace(response, content_items=items)
             self.parked_items = []
+            self.parked_frontier = None
         else:
             self.parked_items.extend(response.content_items)
+            if isinstance(response, Pending):
+                ids = [*(self.parked_frontier or []), *response.pending_tool_call_ids]
+                self.parked_frontier = ids
+
+    def parked_answer(self, observation: Observation) -> ObservationResult | None:
+        """The answer `observation` gets without asking the host (rule 2), or None."""
+        if self.parked_final is not None:
+            return LiveCell(response=self.parked_final)
+        if observation.frontier and self.parked_frontier is not None:
+            ids, self.parked_frontier = self.parked_frontier, None
+            items, self.parked_items = self.parked_items, []
+            pending = Pending(cell_id=self.cell_id, content_items=items, pending_tool_call_ids=ids)
+            return LiveCell(response=pending)
+        return None
 
     def merged(self, outcome: ObservationResult) -> ObservationResult:
         """`outcome` with the parked output in front of its own (rule 2); clears the parking.
@@ -191,6 +217,7 @@ class CellView:
             final, self.parked_final = self.parked_final, None
             return LiveCell(response=final)
         items, self.parked_items = self.parked_items, []
+        self.parked_frontier = None  # the host resumed the cell past that frontier
         return self._prepended(outcome, items)
 
     def terminated(self, outcome: ObservationResult) -> ObservationResult:
@@ -211,7 +238,7 @@ class CellView:
     def _prepended(self, outcome: WaitOutcome, items: list[ContentItem]) -> WaitOutcome:
         if not items:
             return outcome
-        response: RuntimeResponse = outcome.response
+        response: RuntimeResponse | Pending = outcome.response
         if isinstance(outcome, LiveCell):
             merged = msgspec.structs.replace(
                 response, content_items=[*items, *response.content_items]

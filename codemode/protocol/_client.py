@@ -29,13 +29,12 @@ from .._api import (
     Completed,
     ExecuteRequest,
     LiveCell,
+    Pending,
     RuntimeResponse,
     Terminated,
     Yielded,
 )
-from ..errors import ErrorKind
 from ._cells import CellBook
-from ._cellview import CellView
 from ._codec import FrameTooLargeError
 from ._endpoint import Endpoint
 from ._errors import LocalProtocolError, RemoteProtocolError
@@ -55,21 +54,21 @@ from ._messages import (
     CellClosed,
     DelegateCancel,
     DelegateRequest,
-    DelegateResponse,
     Err,
     Execute,
+    ExecuteToPending,
     ExecutionStarted,
     Hello,
     HostMessage,
     HostRequest,
     HostResponse,
     InitialResponse,
-    NotificationDelivered,
     Ok,
     OpenSession,
     OperationCancel,
     OperationRequest,
     OperationResponse,
+    OperationYield,
     Ready,
     Rejected,
     SessionClosed,
@@ -77,10 +76,9 @@ from ._messages import (
     ShutdownSession,
     Terminate,
     ToolInvoke,
-    ToolResult,
     WaitCompleted,
 )
-from ._recent import RecentIds
+from ._reverse import DelegateResult, ReverseCalls
 
 ClientEvent = (
     HandshakeCompleted
@@ -92,14 +90,14 @@ ClientEvent = (
     | CellEnded
     | ConnectionEnded
 )
-DelegateResult = Ok[ToolResult | NotificationDelivered] | Err
 HostResult = Ok[HostResponse] | Err
-InitialResult = Ok[RuntimeResponse] | Err
+InitialResult = Ok[RuntimeResponse | Pending] | Err
 
 
 class _Kind(enum.Enum):
     OPEN = "open"
     EXECUTE = "execute"
+    EXECUTE_TO_PENDING = "execute to pending"
     TERMINATE = "terminate"
     SHUTDOWN = "shutdown"
 
@@ -144,8 +142,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         self._pending: dict[int, _Pending] = {}
         self._sessions: dict[str, bool] = {}  # id -> open (False while opening)
         self._cells = CellBook(self._events, self._queue)  # type: ignore[arg-type]
-        self._calls: dict[int, CellView] = {}
-        self._recent_calls = RecentIds()
+        self._calls = ReverseCalls(self._events, self._queue, self._cells)  # type: ignore[arg-type]
         self._offered = {
             *required_capabilities,
             *optional_capabilities,
@@ -189,23 +186,30 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
 
     # ---- operations ------------------------------------------------------------------------
 
-    def open_session(self, session_id: str, limits: CellLimits | None) -> int:
+    def open_session(
+        self, session_id: str, limits: CellLimits | None, *, store_load: bool = True
+    ) -> int:
         """Queue `session/open`; returns its request id."""
         self._check_usable()
         if session_id in self._sessions:
             raise LocalProtocolError(f"code-mode session {session_id} is already open")
         self._sessions[session_id] = False
-        return self._request(
-            _Kind.OPEN, OpenSession(session_id=session_id, cell_execution_limits=limits)
+        request = OpenSession(
+            session_id=session_id, cell_execution_limits=limits, store_load=store_load
         )
+        return self._request(_Kind.OPEN, request)
 
-    def execute(self, session_id: str, request: ExecuteRequest) -> int:
-        """Queue `session/execute`; its answer, then the cell's initial response, follow.
+    def execute(self, session_id: str, request: ExecuteRequest, *, to_pending: bool = False) -> int:
+        """Queue `session/execute` (`to_pending`: `session/executeToPending`); its answer, then
+        the cell's initial response, follow.
 
         Raises:
             FrameTooLargeError: the request does not fit in a frame; nothing was queued.
         """
         self._check_session(session_id)
+        if to_pending:
+            frontier = ExecuteToPending(session_id=session_id, request=request)
+            return self._request(_Kind.EXECUTE_TO_PENDING, frontier)
         return self._request(_Kind.EXECUTE, Execute(session_id=session_id, request=request))
 
     def take_initial(self, request_id: int) -> None:
@@ -217,13 +221,29 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         cell's next `wait` may observe, and gets what that observation took."""
         self._cells.release_initial(request_id)
 
-    def wait(self, session_id: str, cell_id: str, yield_time_ms: int) -> int:
-        """Queue an observation of the cell (or answer it from parked output, or defer it
-        behind a retired observation); returns its request id."""
+    def wait(self, session_id: str, cell_id: str, yield_time_ms: int | None) -> int:
+        """Queue an observation of the cell (`yield_time_ms` None: to its pending frontier),
+        or answer it from parked output, or defer it behind a retired observation; returns
+        its request id."""
         self._check_session(session_id)
         request_id = self._new_id()
-        self._cells.observe(request_id, session_id, cell_id, yield_time_ms)
+        frontier = yield_time_ms is None
+        window = 0 if yield_time_ms is None else yield_time_ms
+        self._cells.observe(request_id, session_id, cell_id, window, frontier=frontier)
         return request_id
+
+    def preempt(self, session_id: str, cell_id: str) -> None:
+        """Queue `operation/yield` for the cell's plain observation, if the host serves one."""
+        self._check_session(session_id)
+        request_id = self._cells.observing(session_id, cell_id)
+        if request_id is not None:
+            self._queue(OperationYield(id=request_id))
+
+    def abandon(self, request_id: int, session_id: str, cell_id: str) -> None:
+        """The caller of execute `request_id` went away after the cell started, before it
+        returned the cell's id: terminate the cell (DESIGN 4, the cancellation rule)."""
+        if not self._closed:
+            self._abandon_cell(request_id, session_id, cell_id, cancelled=True)
 
     def terminate(self, session_id: str, cell_id: str) -> int:
         """Queue `session/terminate` (or answer it from a parked completion, or refuse a
@@ -249,7 +269,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         pending = self._pending.get(request_id)
         if pending is not None:
             pending.abandoned = True
-            if pending.kind is _Kind.EXECUTE:
+            if pending.kind in (_Kind.EXECUTE, _Kind.EXECUTE_TO_PENDING):
                 self._queue(OperationCancel(id=request_id))
             return
         self._cells.retire(request_id)
@@ -271,7 +291,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         elif isinstance(value, WaitCompleted):
             if isinstance(value.outcome, LiveCell):
                 self._cells.take_back(session_id, value.outcome.response)
-        elif isinstance(value, Yielded | Completed | Terminated):
+        elif isinstance(value, Yielded | Completed | Terminated | Pending):
             self._cells.take_back(session_id, value)
 
     def send_delegate_response(self, call_id: int, result: DelegateResult) -> bool:
@@ -282,20 +302,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
             TypeError, ValueError, msgspec.EncodeError: the result has no msgpack form; the
                 call stays open for another answer.
         """
-        view = self._calls.get(call_id)
-        if view is None or self._closed:
-            return False
-        try:
-            self._queue(DelegateResponse(id=call_id, result=result))
-        except FrameTooLargeError as error:
-            text = f"code-mode delegate response exceeds the IPC frame limit: {error}"
-            self._queue(
-                DelegateResponse(id=call_id, result=Err(kind=ErrorKind.FRAME_LIMIT, message=text))
-            )
-        del self._calls[call_id]
-        view.calls.discard(call_id)
-        self._cells.forget_if_done(view)
-        return True
+        return not self._closed and self._calls.respond(call_id, result)
 
     # ---- incoming --------------------------------------------------------------------------
 
@@ -311,11 +318,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
             case DelegateRequest():
                 self._on_delegate_request(message)
             case DelegateCancel(id=call_id):
-                view = self._calls.pop(call_id, None)
-                if view is not None:  # else answered already: the two frames crossed
-                    view.calls.discard(call_id)
-                    self._events.append(DelegateCancelled(call_id=call_id))
-                    self._cells.forget_if_done(view)
+                self._calls.cancelled(call_id)
             case CellClosed(session_id=session_id, cell_id=cell_id):
                 self._on_cell_closed(session_id, cell_id)
             case Ready() | Rejected():
@@ -348,6 +351,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         handler = {
             _Kind.OPEN: self._on_opened,
             _Kind.EXECUTE: self._on_started,
+            _Kind.EXECUTE_TO_PENDING: self._on_started,
             _Kind.TERMINATE: self._on_terminated,
             _Kind.SHUTDOWN: self._on_session_closed,
         }[pending.kind]
@@ -372,7 +376,8 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
             return
         if not isinstance(result.value, ExecutionStarted):
             raise RemoteProtocolError("code-mode host returned an invalid execute response")
-        self._cells.admit(pending.session_id, result.value.cell_id, request_id)
+        frontier = pending.kind is _Kind.EXECUTE_TO_PENDING
+        self._cells.admit(pending.session_id, result.value.cell_id, request_id, frontier=frontier)
         if pending.abandoned:
             # The caller never learned the cell id: the cell must not run unobserved forever
             # (DESIGN 4, the cancellation rule). Its initial observation was cancelled with it.
@@ -420,17 +425,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
                 f"code-mode host delegated for unknown cell {cell_id}"
                 f" in session {message.session_id}"
             )
-        call_id = message.id
-        if call_id in self._recent_calls:
-            raise RemoteProtocolError(f"duplicate code-mode delegate request ID {call_id}")
-        self._recent_calls.add(call_id)
-        self._calls[call_id] = view
-        view.calls.add(call_id)
-        self._events.append(
-            DelegateRequested(
-                call_id=call_id, session_id=message.session_id, cell_id=cell_id, request=request
-            )
-        )
+        self._calls.requested(message, view)
 
     def _on_cell_closed(self, session_id: str, cell_id: str) -> None:
         if session_id not in self._sessions:
@@ -443,9 +438,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
                 f"code-mode host closed unknown cell {cell_id} in session {session_id}"
             )
         view.closed = True
-        for call_id in view.calls:
-            self._calls.pop(call_id, None)  # cancelled with the cell: no answer may follow
-        view.calls.clear()
+        self._calls.cell_closed(view)
         self._events.append(CellEnded(session_id=session_id, cell_id=cell_id))
         self._cells.forget_if_done(view)
 

@@ -6,7 +6,7 @@ event leaves the connection.
 
     client side                          host side
     HandshakeCompleted, HandshakeRejected   HandshakeCompleted
-    Answered, InitialAnswered               RequestReceived, CancelRequested
+    Answered, InitialAnswered               RequestReceived, CancelRequested, PreemptRequested
     DelegateRequested, DelegateCancelled    DelegateAnswered
     CellEnded                               ConnectionEnded
     ConnectionEnded
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import msgspec
 
-from .._api import RuntimeResponse
+from .._api import Pending, RuntimeResponse
 from ._messages import (
     Err,
     HostRequest,
@@ -61,7 +61,7 @@ class InitialAnswered(_Event, frozen=True):
     """The initial response of the cell started by execute `request_id`."""
 
     request_id: int
-    result: Ok[RuntimeResponse] | Err
+    result: Ok[RuntimeResponse | Pending] | Err
 
 
 class DelegateRequested(_Event, frozen=True):
@@ -95,6 +95,13 @@ class RequestReceived(_Event, frozen=True):
 
 class CancelRequested(_Event, frozen=True):
     """(host) The client cancelled active operation `request_id` (an execute or a wait)."""
+
+    request_id: int
+
+
+class PreemptRequested(_Event, frozen=True):
+    """(host) `operation/yield`: the observation of active operation `request_id` (an
+    execute's initial response or a wait) should return `Yielded` now."""
 
     request_id: int
 

@@ -10,8 +10,9 @@ What it owns (reference-host sections 3, 4.1 and 5):
 2. The request book: a request id is active until answered (an execute until its initial
    response); a repeated active id, or one of the last 4096 finished ids, is fatal.
 3. The session book: ids open, opening or closing, and the last 4096 closed ones; requests for
-   an unknown or closing session, a reused id, limits without their capability, are answered
-   here and never reach the runtime.
+   an unknown or closing session, a reused id, limits or frontier requests without their
+   capability, are answered here and never reach the runtime; an `operation/yield` without its
+   capability is a `RemoteProtocolError`.
 4. Per-cell order: `execution/started`, then reverse calls and the initial response, then
    `cell/closed`, which is held back until the initial response is queued; no reverse call
    after `cell/closed`; `session/closed` is held back until every cell of the session closed.
@@ -26,7 +27,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 
-from .._api import RuntimeResponse
+from .._api import Pending, RuntimeResponse
 from ..errors import ErrorKind
 from ._codec import FrameTooLargeError
 from ._endpoint import Endpoint
@@ -38,11 +39,15 @@ from ._events import (
     HandshakeCompleted,
     HandshakeRejected,
     HostStatistics,
+    PreemptRequested,
     RequestReceived,
 )
 from ._messages import (
+    CAPABILITIES,
     LIMITS_CAPABILITY,
+    PENDING_FRONTIER_CAPABILITY,
     PROTOCOL_VERSION,
+    YIELD_CAPABILITY,
     CellClosed,
     ClientMessage,
     DelegateCancel,
@@ -50,6 +55,7 @@ from ._messages import (
     DelegateResponse,
     Err,
     Execute,
+    ExecuteToPending,
     ExecutionStarted,
     Hello,
     HostRequest,
@@ -64,6 +70,7 @@ from ._messages import (
     OperationCancel,
     OperationRequest,
     OperationResponse,
+    OperationYield,
     Ready,
     Rejected,
     SessionClosed,
@@ -71,6 +78,7 @@ from ._messages import (
     ShutdownSession,
     ToolInvoke,
     Wait,
+    WaitToPending,
 )
 from ._recent import RecentIds
 
@@ -79,6 +87,7 @@ HostEvent = (
     | HandshakeRejected
     | RequestReceived
     | CancelRequested
+    | PreemptRequested
     | DelegateAnswered
     | ConnectionEnded
 )
@@ -111,7 +120,7 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
         supported_capabilities: what this host can offer in the handshake.
     """
 
-    def __init__(self, *, supported_capabilities: Iterable[str] = (LIMITS_CAPABILITY,)) -> None:
+    def __init__(self, *, supported_capabilities: Iterable[str] = CAPABILITIES) -> None:
         self._supported = frozenset(supported_capabilities)
         super().__init__(ClientMessage)
         self._handshaking = True
@@ -167,7 +176,7 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
         self._finish(request_id)
         self._send_response(request_id, result)
 
-    def respond_initial(self, request_id: int, result: Ok[RuntimeResponse] | Err) -> None:
+    def respond_initial(self, request_id: int, result: Ok[RuntimeResponse | Pending] | Err) -> None:
         """Queue the initial response of the cell started by execute `request_id`, then its
         `cell/closed` if the cell already closed."""
         route = next((r for r in self._routes_of_request(request_id)), None)
@@ -235,8 +244,18 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
             case OperationRequest(id=request_id, request=request):
                 self._on_request(request_id, request)
             case OperationCancel(id=request_id):
-                if isinstance(self._active.get(request_id), Execute | Wait):
+                if isinstance(self._active.get(request_id), Execute | Wait | WaitToPending):
                     self._events.append(CancelRequested(request_id=request_id))
+            case OperationYield(id=request_id):
+                if YIELD_CAPABILITY not in self.capabilities:
+                    raise RemoteProtocolError(
+                        f"operation/yield without the `{YIELD_CAPABILITY}` capability"
+                    )
+                active = self._active.get(request_id)
+                if isinstance(active, Wait) or (
+                    isinstance(active, Execute) and not isinstance(active, ExecuteToPending)
+                ):
+                    self._events.append(PreemptRequested(request_id=request_id))
             case DelegateResponse(id=call_id, result=result):
                 route = self._calls.pop(call_id, None)
                 if route is not None:  # unknown and cancelled ids are ignored
@@ -302,6 +321,14 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
                     f" {LIMITS_CAPABILITY} was not negotiated"
                 )
             return None
+        if (
+            isinstance(request, ExecuteToPending | WaitToPending)
+            and PENDING_FRONTIER_CAPABILITY not in self.capabilities
+        ):
+            return _invalid(
+                f"code-mode pending frontier requests need the `{PENDING_FRONTIER_CAPABILITY}`"
+                " capability"
+            )
         if state is _SessionState.OPEN:
             return None
         if state is _SessionState.CLOSING:

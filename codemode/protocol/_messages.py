@@ -5,7 +5,7 @@ tagged by `type`, requests by `method`, results by `status`. Every struct reject
 at every level (the payload types of `codemode._api` do too). Field names are snake_case
 throughout: this is codemode's own wire, not a byte-compatible copy of the reference's JSON.
 
-    client -> host   Hello, OperationRequest, OperationCancel, DelegateResponse
+    client -> host   Hello, OperationRequest, OperationCancel, OperationYield, DelegateResponse
     host -> client   Ready, Rejected, OperationResponse, InitialResponse, DelegateRequest,
                      DelegateCancel, CellClosed
 
@@ -28,6 +28,7 @@ from .._api import (
     CellLimits,
     ExecuteRequest,
     NestedToolCall,
+    Pending,
     RuntimeResponse,
     WaitOutcome,
     WaitRequest,
@@ -37,11 +38,22 @@ from ..errors import ErrorKind
 PROTOCOL_VERSION = 1
 LIMITS_CAPABILITY = "session-cell-execution-resource-limits"
 """Carries `CellLimits` on `session/open` (DESIGN section 4)."""
+PENDING_FRONTIER_CAPABILITY = "pending-frontier"
+"""Enables `session/executeToPending` and `session/waitToPending` (reference-runtime 5.9)."""
+YIELD_CAPABILITY = "yield-observation"
+"""Enables `operation/yield`: an active observation returns `Yielded` now (preempt)."""
+CAPABILITIES = (LIMITS_CAPABILITY, PENDING_FRONTIER_CAPABILITY, YIELD_CAPABILITY)
+"""Everything this version of codemode speaks, host and client alike."""
 
 T = TypeVar("T")
 
 RequestId: TypeAlias = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
 """Operation ids (client-allocated) and delegate ids (host-allocated): from 1 per connection."""
+
+
+def _check_id(request_id: int) -> None:
+    if request_id < 1:
+        raise ValueError(f"code-mode request IDs start at 1, got {request_id}")
 
 
 def _check_session_id(session_id: str) -> None:
@@ -172,16 +184,31 @@ class _Request(
         _check_session_id(self.session_id)
 
 
-class OpenSession(_Request, tag="session/open", frozen=True):
+class OpenSession(_Request, tag="session/open", frozen=True, omit_defaults=True):
+    """Open a session; `store_load=False`: its cells have no `store` / `load` (the fields are
+    sent only when they differ from their defaults)."""
+
     cell_execution_limits: CellLimits | None = None
+    store_load: bool = True
 
 
 class Execute(_Request, tag="session/execute", frozen=True):
     request: ExecuteRequest
 
 
+class ExecuteToPending(Execute, tag="session/executeToPending", frozen=True):
+    """An execute whose initial observation runs to the cell's pending frontier (a `Pending`,
+    `Completed` or `Terminated` initial response, never `Yielded`)."""
+
+
 class Wait(_Request, tag="session/wait", frozen=True):
     request: WaitRequest
+
+
+class WaitToPending(_Request, tag="session/waitToPending", frozen=True):
+    """Resume the cell and observe it to its next pending frontier (or its end)."""
+
+    cell_id: str
 
 
 class Terminate(_Request, tag="session/terminate", frozen=True):
@@ -192,7 +219,9 @@ class ShutdownSession(_Request, tag="session/shutdown", frozen=True):
     pass
 
 
-HostRequest: TypeAlias = OpenSession | Execute | Wait | Terminate | ShutdownSession
+HostRequest: TypeAlias = (
+    OpenSession | Execute | ExecuteToPending | Wait | WaitToPending | Terminate | ShutdownSession
+)
 
 
 class SessionReady(_Message, tag="session/ready", frozen=True):
@@ -224,23 +253,45 @@ class OperationRequest(_Message, tag="operation/request", frozen=True):
     id: RequestId
     request: HostRequest
 
+    def __post_init__(self) -> None:
+        _check_id(self.id)
+
 
 class OperationCancel(_Message, tag="operation/cancel", frozen=True):
     """Cancel an in-flight execute or wait (a started cell keeps running)."""
 
     id: RequestId
 
+    def __post_init__(self) -> None:
+        _check_id(self.id)
+
+
+class OperationYield(_Message, tag="operation/yield", frozen=True):
+    """Make an in-flight execute's initial observation, or a wait, return `Yielded` now (the
+    cell keeps running); no effect on frontier observations. Needs `YIELD_CAPABILITY`."""
+
+    id: RequestId
+
+    def __post_init__(self) -> None:
+        _check_id(self.id)
+
 
 class OperationResponse(_Message, tag="operation/response", frozen=True):
     id: RequestId
     result: Ok[HostResponse] | Err
+
+    def __post_init__(self) -> None:
+        _check_id(self.id)
 
 
 class InitialResponse(_Message, tag="execute/initialResponse", frozen=True):
     """The first observation of the cell started by execute request `id`."""
 
     id: RequestId
-    result: Ok[RuntimeResponse] | Err
+    result: Ok[RuntimeResponse | Pending] | Err
+
+    def __post_init__(self) -> None:
+        _check_id(self.id)
 
 
 # ---- reverse calls -----------------------------------------------------------------------
@@ -270,6 +321,7 @@ class DelegateRequest(_Message, tag="delegate/request", frozen=True):
     request: ToolInvoke | NotificationSend
 
     def __post_init__(self) -> None:
+        _check_id(self.id)
         _check_session_id(self.session_id)
 
 
@@ -277,9 +329,15 @@ class DelegateResponse(_Message, tag="delegate/response", frozen=True):
     id: RequestId
     result: Ok[ToolResult | NotificationDelivered] | Err
 
+    def __post_init__(self) -> None:
+        _check_id(self.id)
+
 
 class DelegateCancel(_Message, tag="delegate/cancel", frozen=True):
     id: RequestId
+
+    def __post_init__(self) -> None:
+        _check_id(self.id)
 
 
 class CellClosed(_Message, tag="cell/closed", frozen=True):
@@ -290,7 +348,9 @@ class CellClosed(_Message, tag="cell/closed", frozen=True):
         _check_session_id(self.session_id)
 
 
-ClientMessage: TypeAlias = Hello | OperationRequest | OperationCancel | DelegateResponse
+ClientMessage: TypeAlias = (
+    Hello | OperationRequest | OperationCancel | OperationYield | DelegateResponse
+)
 HostMessage: TypeAlias = (
     Ready
     | Rejected

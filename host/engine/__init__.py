@@ -16,6 +16,7 @@ from ._engine import default_workers as default_workers
 from ._engine import open_engine as open_engine
 from ._events import CellEvent as CellEvent
 from ._events import Finished as Finished
+from ._events import Idle as Idle
 from ._events import ImageOutput as ImageOutput
 from ._events import Notification as Notification
 from ._events import Outcome as Outcome
@@ -37,6 +38,7 @@ __all__ = [
     "EngineCell",
     "EngineClosedError",
     "Finished",
+    "Idle",
     "ImageOutput",
     "Notification",
     "Outcome",

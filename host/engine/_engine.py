@@ -53,6 +53,7 @@ class CellTool(msgspec.Struct, frozen=True):
 class _CellConfig(msgspec.Struct, frozen=True):
     tools: Sequence[CellTool]
     stored: Mapping[str, str]
+    store_load: bool
 
 
 _encode_config = msgspec.json.Encoder().encode
@@ -74,6 +75,9 @@ class EngineCell:
         key = native.key
         assert key is not None, "a fresh cell always has its key"
         self.key: int = key
+        self.commands_submitted = 1
+        """Start, settle and fire-timer commands submitted so far (the start included): an
+        `Idle` event whose `commands_taken` equals it reports a quiescent cell."""
 
     def _deliver(self, event: CellEvent) -> None:
         self._pending.append(event)
@@ -93,14 +97,17 @@ class EngineCell:
     def settle_tool_call(self, call_id: int, result_json: bytes) -> None:
         """Resolve the promise of tool call `call_id` with the value of `result_json`."""
         self._native.settle_tool(call_id, True, result_json)
+        self.commands_submitted += 1
 
     def reject_tool_call(self, call_id: int, error_text: str) -> None:
         """Reject the promise of tool call `call_id` with the plain string `error_text`."""
         self._native.settle_tool(call_id, False, error_text.encode())
+        self.commands_submitted += 1
 
     def fire_timer(self, timer_id: int) -> None:
         """Run the callback of timer `timer_id`, unless it was cleared."""
         self._native.fire_timer(timer_id)
+        self.commands_submitted += 1
 
     def interrupt(self) -> None:
         """Stop the cell's JavaScript, running or idle; it then reports `Outcome.INTERRUPTED`."""
@@ -149,6 +156,7 @@ class Engine:
         stored_values: Mapping[str, bytes] | None = None,
         heap_limit: int | None = None,
         stack_limit: int | None = None,
+        store_load: bool = True,
     ) -> EngineCell:
         """Create a cell and queue its start; its events follow through `next_events`.
 
@@ -159,6 +167,7 @@ class Engine:
             heap_limit: bytes the cell's runtime may allocate (None: no limit).
             stack_limit: bytes of JS stack (None: `DEFAULT_STACK_LIMIT`; at most
                 `MAX_STACK_LIMIT`).
+            store_load: False leaves `store` and `load` out of the cell's globals.
 
         Raises:
             ValueError: a limit out of range.
@@ -171,7 +180,7 @@ class Engine:
                 f"stack_limit must be between 1 and {MAX_STACK_LIMIT} bytes, got {stack_limit}"
             )
         stored = {key: value.decode() for key, value in (stored_values or {}).items()}
-        config = _encode_config(_CellConfig(tools=tools, stored=stored))
+        config = _encode_config(_CellConfig(tools=tools, stored=stored, store_load=store_load))
         key = self._next_key
         self._next_key += 1
         native = self._native.start_cell(

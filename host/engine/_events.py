@@ -2,8 +2,8 @@
 
 Each event is a frozen `msgspec.Struct`; `decode_event` turns one raw tuple of the C extension
 into one of them. Events of one cell arrive in the order the cell made them. A cell publishes
-`Started` once its globals are installed (before its source is compiled) and `Finished` last,
-exactly once, unless it is closed first.
+`Started` once its globals are installed (before its source is compiled), `Idle` at the end of
+every turn, and `Finished` last, exactly once, unless it is closed first.
 """
 
 from __future__ import annotations
@@ -95,6 +95,18 @@ class TimerCleared(msgspec.Struct, frozen=True):
     timer_id: int
 
 
+class Idle(msgspec.Struct, frozen=True):
+    """A turn ended with the cell still running.
+
+    Parameters:
+        commands_taken: how many start, settle and fire-timer commands the cell has run so
+            far; equal to what was submitted (`EngineCell.commands_submitted`) means the cell is
+            quiescent: nothing it was given is left to run.
+    """
+
+    commands_taken: int
+
+
 class Finished(msgspec.Struct, frozen=True):
     """The cell's JavaScript is over; `error_text` is set exactly when the outcome is ERROR."""
 
@@ -112,6 +124,7 @@ CellEvent = (
     | YieldRequested
     | TimerStarted
     | TimerCleared
+    | Idle
     | Finished
 )
 
@@ -127,6 +140,8 @@ def decode_event(
         case _quickjs.EV_TOOL_CALL:
             assert a is None or isinstance(a, bytes)
             return ToolCallRequested(n1, n2, a)
+        case _quickjs.EV_IDLE:
+            return Idle(n1)
         case _quickjs.EV_STARTED:
             return Started(n1)
         case _quickjs.EV_IMAGE:

@@ -25,6 +25,9 @@
  *    cells never starve the others.
  * 6. Strings leave the engine as well-formed UTF-8: a lone surrogate becomes U+FFFD, in raw
  *    text and in JSON escapes alike (engine-notes 1.7).
+ * 7. Every turn of a running cell ends with EV_IDLE carrying how many of the commands Python
+ *    submitted (start, settle, fire timer) the cell has taken so far: when that equals what
+ *    Python submitted, the cell is quiescent (the pending frontier, reference-runtime 5.9).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -78,6 +81,7 @@ enum event_kind {
     EV_TIMER_SET,
     EV_TIMER_CLEAR,
     EV_FINISHED,
+    EV_IDLE,
 };
 
 enum outcome { OUTCOME_OK = 0, OUTCOME_ERROR = 1, OUTCOME_INTERRUPTED = 2 };
@@ -125,6 +129,7 @@ typedef struct cell {
     JSValue dispatch;
     bool finished;
     bool exit_requested;
+    int64_t commands_taken; /* start, settle and fire-timer commands run so far (rule 7) */
     size_t heap_limit;
     size_t heap_used;
     bool heap_enforced;
@@ -885,6 +890,8 @@ static void run_turn(cell_t *c, command_t *cmds)
             c->finished = true;
             continue;
         }
+        if (cmd->kind != CMD_WAKE)
+            c->commands_taken++;
         if (c->finished)
             continue;
         if (finish_if_stopped(c))
@@ -903,6 +910,10 @@ static void run_turn(cell_t *c, command_t *cmds)
         }
     }
     free_commands(cmds);
+    if (!c->finished && c->ctx) {
+        publish(c, EV_IDLE, c->commands_taken, 0, NULL, 0, NULL, 0);
+        finish_if_stopped(c); /* the idle event itself may be the one that was lost */
+    }
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -1713,6 +1724,7 @@ static int module_exec(PyObject *module)
         {"EV_TIMER_SET", EV_TIMER_SET},
         {"EV_TIMER_CLEAR", EV_TIMER_CLEAR},
         {"EV_FINISHED", EV_FINISHED},
+        {"EV_IDLE", EV_IDLE},
         {"OUTCOME_OK", OUTCOME_OK},
         {"OUTCOME_ERROR", OUTCOME_ERROR},
         {"OUTCOME_INTERRUPTED", OUTCOME_INTERRUPTED},

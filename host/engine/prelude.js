@@ -4,9 +4,10 @@
  *
  * The binding evaluates this script, which yields the installer function below, and calls it
  * with the native hooks (a null-prototype object of C functions) and the cell's configuration
- * ({tools: [{name, description}], stored: {key: "<JSON text>"}}). The installer defines the
- * globals, removes every global the reference does not allow (section 3.2), and returns the
- * dispatcher through which the binding settles tool calls and fires timers.
+ * ({tools: [{name, description}], stored: {key: "<JSON text>"}, store_load: bool}). The
+ * installer defines the globals (`store` and `load` only with store_load), removes every global
+ * the reference does not allow (section 3.2), and returns the dispatcher through which the
+ * binding settles tool calls and fires timers.
  *
  * Rules:
  * 1. The hooks and all bookkeeping live in this closure: cell code can neither reach nor
@@ -355,12 +356,16 @@
     text,
     image,
     generatedImage,
-    store,
-    load,
     notify,
     yield_control,
     exit,
   };
+
+  // A session without stored values (reference StoreLoadMode) has no store/load at all.
+  if (config.store_load) {
+    added.store = store;
+    added.load = load;
+  }
 
   const allowed = nullObject();
   for (const name of [

@@ -6,9 +6,17 @@ wire: the in-process provider serves it directly, the host's server puts it behi
 
 from codemode._trio import CLEANUP_GRACE as CLEANUP_GRACE
 
+from ._observer import Preemption as Preemption
 from ._observer import observation_window_ms as observation_window_ms
 from ._phases import LIFECYCLE as LIFECYCLE
 from ._phases import OBSERVATION as OBSERVATION
 from ._session import RuntimeSession as RuntimeSession
 
-__all__ = ["CLEANUP_GRACE", "LIFECYCLE", "OBSERVATION", "RuntimeSession", "observation_window_ms"]
+__all__ = [
+    "CLEANUP_GRACE",
+    "LIFECYCLE",
+    "OBSERVATION",
+    "Preemption",
+    "RuntimeSession",
+    "observation_window_ms",
+]

@@ -8,9 +8,14 @@ Rules:
    back until that observer answered (`release_held`), so the observer's response reaches the
    caller, and the wire, before the call does (reference-host 2.5).
 2. A tool's answer reaches the engine only while the cell accepts answers (its JavaScript runs
-   and it is not terminating); a late answer is discarded.
+   and it is not terminating); a late answer is discarded. It goes through `submit`, which
+   holds it while the cell is paused at its pending frontier, and is checked again when it
+   finally goes.
 3. A delegate's `ToolError` rejects the JS promise with its text; any other exception (or a
    result with no JSON form) rejects it with `tool <name> failed: <message>`.
+4. `all_started()` returns once every tool call made so far has reached its delegate (its task
+   ran its first step): a pending frontier is delivered only after the delegate saw each call it
+   lists, so an application can settle them (over the wire: each call's frame goes first).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class CellCalls:
         engine_cell: where tool answers go.
         nursery: where the calls run (the session's).
         accepting: whether a tool answer may still reach the engine (rule 2).
+        submit: runs a command for the engine now, or later if the cell is paused.
     """
 
     def __init__(
@@ -53,16 +59,20 @@ class CellCalls:
         engine_cell: EngineCell,
         nursery: trio.Nursery,
         accepting: Callable[[], bool],
+        submit: Callable[[Callable[[], None]], None],
     ) -> None:
         self._cell_id = cell_id
         self._request = request
         self._delegate = delegate
         self._engine_cell = engine_cell
         self._accepting = accepting
+        self._submit = submit
         self._tools = CallbackGroup(nursery)
         self._notifications = CallbackGroup(nursery)
         self._held: list[Callable[[], object]] = []
         self._released = trio.Event()
+        self._unstarted = 0
+        self._started = trio.Event()
 
     # ---- starting ------------------------------------------------------------------------
 
@@ -76,7 +86,15 @@ class CellCalls:
             tool_kind=definition.kind,
             input=None if event.input_json is None else _decode_json(event.input_json),
         )
+        self._unstarted += 1
         self._start(lambda: self._tools.start(self._invoke_tool, event.call_id, call), hold)
+
+    async def all_started(self) -> None:
+        """Wait until every tool call made so far reached its delegate (rule 4)."""
+        while self._unstarted:
+            if self._started.is_set():
+                self._started = trio.Event()
+            await self._started.wait()
 
     def notification(self, text: str, *, hold: bool) -> None:
         """Deliver (or hold back, rule 1) a `notify()` text."""
@@ -111,6 +129,8 @@ class CellCalls:
 
     def cancel(self, reason: str) -> None:
         """Cancel every call; held calls are dropped (the cell ends without them)."""
+        self._unstarted = 0
+        self._started.set()
         self._held.clear()
         self._released.set()
         self._notifications.cancel(reason)
@@ -125,6 +145,8 @@ class CellCalls:
     # ---- running -----------------------------------------------------------------------
 
     async def _invoke_tool(self, call_id: int, call: NestedToolCall) -> None:
+        self._unstarted -= 1
+        self._started.set()
         try:
             result = await self._delegate.invoke_tool(call)
             payload = _encode_json(result)
@@ -141,6 +163,10 @@ class CellCalls:
     def _answer(
         self, call_id: int, *, result_json: bytes | None = None, rejection: str | None = None
     ) -> None:
+        if self._accepting():
+            self._submit(lambda: self._settle(call_id, result_json, rejection))
+
+    def _settle(self, call_id: int, result_json: bytes | None, rejection: str | None) -> None:
         if not self._accepting():
             return  # rule 2: a late answer for a cell that ended is discarded
         try:

@@ -18,6 +18,8 @@ Rules (reference-runtime section 5):
 5. The initial observation belongs to the `StartedCell`: awaited once, or released (explicitly,
    or when the `StartedCell` is dropped, or when its await is cancelled); after that, `wait`s
    observe the cell and nothing the initial observation did not take is lost.
+6. Frontier observers (`_frontier`) see the cell's quiescence; tool answers and timer firings
+   reach the engine through the frontier, which holds them while the cell is paused.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from codemode_host.engine import (
     CellEvent,
     EngineCell,
     Finished,
+    Idle,
     ImageOutput,
     Notification,
     Outcome,
@@ -52,6 +55,7 @@ from codemode import (
     InputImage,
     InputText,
     LiveCell,
+    Pending,
     RuntimeResponse,
     SessionDelegate,
     Terminated,
@@ -66,7 +70,9 @@ from codemode.errors import (
     RuntimeEndedError,
 )
 
+from ._callee import name_the_callee
 from ._calls import CellCalls
+from ._frontier import Frontier
 from ._observer import Observer, fitting, item_bytes
 from ._phases import LIFECYCLE, OBSERVATION, Lifecycle, LifecycleTrigger, Watch, WatchTrigger
 
@@ -92,18 +98,21 @@ class RuntimeCell:
         nursery: trio.Nursery,
         commit: Callable[[dict[str, bytes]], None],
         forget: Callable[[str], None],
-        initial_window_ms: int,
+        initial_window_ms: int | None,
         max_response_bytes: int | None,
     ) -> None:
         self.cell_id = cell_id
         self.lifecycle = Lifecycle.RUNNING
         self.watch = Watch.WATCHING  # by the initial observer
         self.closed = trio.Event()
+        self._source = request.source
         self._delegate = delegate
         self._engine_cell = engine_cell
         self._commit = commit
         self._forget = forget
         self._budget = max_response_bytes
+        # An initial observer without a window is `execute_to_pending`'s.
+        self._frontier = Frontier(engine_cell, mode=initial_window_ms is None)
         self._calls = CellCalls(
             cell_id=cell_id,
             request=request,
@@ -111,6 +120,7 @@ class RuntimeCell:
             engine_cell=engine_cell,
             nursery=nursery,
             accepting=lambda: self._js_running and self.lifecycle is Lifecycle.RUNNING,
+            submit=self._frontier.submit,
         )
         self._timers: dict[int, trio.CancelScope] = {}
         self._js_running = True
@@ -123,21 +133,41 @@ class RuntimeCell:
         self._claimed = trio.Event()
         self._terminated: Terminated | None = None
 
+    @property
+    def held_commands(self) -> int:
+        """Tool answers and timer firings held while the cell is paused at its frontier."""
+        return self._frontier.held
+
     def _move(self, trigger: LifecycleTrigger) -> None:
         self.lifecycle = LIFECYCLE.move(self.lifecycle, trigger)
 
     # ---- observation ---------------------------------------------------------------------
 
-    def attach(self, window_ms: int) -> Observer:
-        """A new observation whose window starts now; the cell must have no other observer."""
+    def attach(self, window_ms: int | None) -> Observer:
+        """A new observation whose window starts now (None: a frontier observer, which resumes
+        a cell paused at a frontier it already delivered); the cell must have no other
+        observer. A plain observer resumes a paused cell for good."""
         if self.watch is not Watch.IDLE:
             raise ObserverBusyError(self.cell_id)
         self.watch = OBSERVATION.move(self.watch, WatchTrigger.ATTACH)
         observer = Observer(window_ms, start_now=True)
         self._observer = observer
+        if observer.frontier:
+            self._frontier.enter()
+        else:
+            self._frontier.leave()
         return observer
 
-    async def initial_response(self) -> RuntimeResponse:
+    def preempt(self, observer: Observer | None = None) -> None:
+        """The active observation (only if it is `observer`, when given) yields now with the
+        output so far; frontier observers and a cell without an observer are unaffected."""
+        active = self._observer
+        if active is None or (observer is not None and active is not observer):
+            return
+        if not active.frontier and self.lifecycle is Lifecycle.RUNNING:
+            self._mark_boundary(active)
+
+    async def initial_response(self) -> RuntimeResponse | Pending:
         """The observation `execute` attached, awaited once by `StartedCell.initial_response`
         (rule 5)."""
         observer = self._initial
@@ -160,7 +190,7 @@ class RuntimeCell:
                 self._detach(self._initial)
             self._initial = None
 
-    async def observe(self, observer: Observer) -> RuntimeResponse:
+    async def observe(self, observer: Observer) -> RuntimeResponse | Pending:
         """Wait for the observation's end and build its response (rule 1 of `_observer`).
 
         Raises:
@@ -171,6 +201,8 @@ class RuntimeCell:
         try:
             await trio.lowlevel.checkpoint_if_cancelled()
             while True:
+                if observer.frontier and self._frontier.undelivered:
+                    await self._calls.all_started()  # rule 4 of `_calls`
                 response = self._response_for(observer)
                 if response is not None:
                     return response
@@ -193,7 +225,7 @@ class RuntimeCell:
         observer.mark_boundary(len(self._content))
         self.watch = OBSERVATION.move(self.watch, WatchTrigger.BOUNDARY)
 
-    def _response_for(self, observer: Observer) -> RuntimeResponse | None:
+    def _response_for(self, observer: Observer) -> RuntimeResponse | Pending | None:
         if self._terminated is not None:
             return self._terminated
         if self.lifecycle is Lifecycle.CLOSED:
@@ -203,12 +235,27 @@ class RuntimeCell:
         if observer.boundary is not None:
             return self._yielded(observer.boundary)
         if self.lifecycle is Lifecycle.COMPLETED:
-            return self._take_completion(self._budget)
+            completion = self._take_completion(self._budget)
+            if observer.frontier and isinstance(completion, Yielded):
+                # Past the budget: the rest and the completion follow, and a frontier
+                # observer never yields.
+                return self._pending(completion.content_items, [])
+            return completion
         if self.lifecycle is Lifecycle.CLAIMED:
             return None  # a terminate took the completion: this observation ends at close
+        if observer.frontier:
+            if self.lifecycle is Lifecycle.RUNNING and self._frontier.undelivered:
+                items = self._take(len(self._content))
+                return self._pending(items, self._frontier.deliver())
+            return None
         if observer.expired(trio.current_time()):
             return self._yielded(len(self._content))
         return None
+
+    def _pending(self, items: list[ContentItem], tool_call_ids: list[str]) -> Pending:
+        return Pending(
+            cell_id=self.cell_id, content_items=items, pending_tool_call_ids=tool_call_ids
+        )
 
     def _take(self, count: int) -> list[ContentItem]:
         """The first of `count` items that fit the response budget (all of them without one)."""
@@ -256,16 +303,21 @@ class RuntimeCell:
             raise RuntimeEndedError()
         return LiveCell(response=self._terminated)
 
-    def begin_shutdown(self) -> None:
+    def abandon(self) -> None:
+        """The caller that alone knew the cell's id went away: end the cell, unobserved."""
+        self.begin_shutdown(reason="terminated")
+
+    def begin_shutdown(self, reason: str = "session shut down") -> None:
         """Terminate the cell for a session shutdown; a buffered completion is dropped."""
         if self.lifecycle in (Lifecycle.RUNNING, Lifecycle.DRAINING):
-            self._begin_termination("session shut down")
+            self._begin_termination(reason)
         elif self.lifecycle is Lifecycle.COMPLETED:
             self._move(LifecycleTrigger.CLAIM)
             self._claimed.set()
 
     def _begin_termination(self, reason: str) -> None:
         self._move(LifecycleTrigger.TERMINATE)
+        self._frontier.drop()
         if self._js_running:
             self._engine_cell.interrupt()
         self._calls.cancel(reason)
@@ -283,7 +335,10 @@ class RuntimeCell:
                     self._writes.clear()
                     finished = Finished(Outcome.ERROR, "exec runtime ended unexpectedly")
                 self._move(LifecycleTrigger.JS_FINISHED)
-                await self._finish_naturally(finished.error_text)
+                error_text = finished.error_text
+                if error_text is not None:
+                    error_text = name_the_callee(error_text, self._source)
+                await self._finish_naturally(error_text)
             if self.lifecycle is Lifecycle.TERMINATING:
                 await self._finish_terminated()
         finally:
@@ -314,15 +369,19 @@ class RuntimeCell:
                 self._content.append(InputText(text=text))
             case ImageOutput(image_url=url, detail=detail):
                 self._content.append(InputImage(image_url=url, detail=ImageDetail(detail)))
-            case ToolCallRequested():
+            case ToolCallRequested(call_id=call_id):
+                self._frontier.issued(f"tool-{call_id}")
                 self._calls.tool_call(event, hold=self.watch is Watch.YIELDING)
             case Notification(text=text):
                 self._calls.notification(text, hold=self.watch is Watch.YIELDING)
             case StoredValueWritten(key=key, value_json=value):
                 self._writes[key] = value
             case YieldRequested():
-                if observer is not None:
+                if observer is not None and not observer.frontier:
                     self._mark_boundary(observer)
+            case Idle():
+                if self._frontier.reached(event) and observer is not None:
+                    observer.wake.set()
             case TimerStarted(timer_id=timer_id, delay_ms=delay_ms):
                 scope = trio.CancelScope()
                 self._timers[timer_id] = scope
@@ -342,8 +401,11 @@ class RuntimeCell:
         with scope:
             await trio.sleep(delay_ms / 1000)
             self._timers.pop(timer_id, None)
-            if self._js_running:
-                self._engine_cell.fire_timer(timer_id)
+            self._frontier.submit(lambda: self._fire_timer(timer_id))
+
+    def _fire_timer(self, timer_id: int) -> None:
+        if self._js_running and self.lifecycle is Lifecycle.RUNNING:
+            self._engine_cell.fire_timer(timer_id)
 
     async def _finish_naturally(self, error_text: str | None) -> None:
         # Notifications in flight are delivered (a termination meanwhile cancels them), then

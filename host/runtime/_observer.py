@@ -15,12 +15,16 @@ Rules:
    excluded); a `wait` window starts at once.
 4. An observation may be given a byte budget (the host gives the frame limit): it takes only the
    items that fit and leaves the rest in the cell for the next observation; a response that
-   leaves output behind is a `Yielded`, even if the cell has completed.
+   leaves output behind is a `Yielded` (a `Pending` for a frontier observer), even if the cell
+   has completed.
+5. A frontier observer (`execute_to_pending`, `wait_to_pending`) has no window and no boundary:
+   neither time, `yield_control()` nor `preempt` ends it; the cell's frontier, its completion
+   or its termination does (reference-runtime 5.9).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import trio
 
@@ -48,14 +52,14 @@ class Observer:
     """One observation of a cell.
 
     Attributes:
-        window_ms: the observation window.
+        window_ms: the observation window; None for a frontier observer (rule 5).
         deadline: trio time at which it yields; None until the window starts.
         boundary: set when it must yield with the first `boundary` buffered items.
     """
 
     __slots__ = ("boundary", "deadline", "wake", "window_ms")
 
-    def __init__(self, window_ms: int, *, start_now: bool) -> None:
+    def __init__(self, window_ms: int | None, *, start_now: bool) -> None:
         self.window_ms = window_ms
         self.deadline: float | None = None
         self.boundary: int | None = None
@@ -63,8 +67,13 @@ class Observer:
         if start_now:
             self.start_window(trio.current_time())
 
+    @property
+    def frontier(self) -> bool:
+        """Whether it observes to the pending frontier (it never yields)."""
+        return self.window_ms is None
+
     def start_window(self, now: float) -> None:
-        if self.deadline is None:
+        if self.deadline is None and self.window_ms is not None:
             self.deadline = now + self.window_ms / 1000
 
     def expired(self, now: float) -> bool:
@@ -75,6 +84,29 @@ class Observer:
         if self.boundary is None:
             self.boundary = index
         self.wake.set()
+
+
+class Preemption:
+    """A request that one observation yield now, which may come before that observation has
+    attached: the host's `operation/yield` can overtake the task that starts its wait."""
+
+    __slots__ = ("_requested", "_target")
+
+    def __init__(self) -> None:
+        self._requested = False
+        self._target: Callable[[], None] | None = None
+
+    def request(self) -> None:
+        if self._target is not None:
+            self._target()
+        else:
+            self._requested = True
+
+    def bind(self, target: Callable[[], None]) -> None:
+        """The observation attached: `target` preempts it (now, if already requested)."""
+        self._target = target
+        if self._requested:
+            target()
 
 
 def item_bytes(item: ContentItem) -> int:

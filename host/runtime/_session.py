@@ -8,6 +8,8 @@ Rules:
    `SessionShuttingDownError`), terminates every cell (CPU-bound ones included: the engine
    interrupts them) and returns after every cell has closed; a shutdown cancelled half-way
    still closes every cell, and the next `shutdown()` waits for the rest.
+4. Without stored values (`store_load=False`, reference StoreLoadMode) cells have no `store`
+   or `load` globals and the session keeps nothing.
 """
 
 from __future__ import annotations
@@ -17,19 +19,24 @@ from codemode_host.engine import CellTool, Engine
 
 from codemode import (
     CellLimits,
+    Completed,
     ExecuteRequest,
     LiveCell,
+    Pending,
+    RuntimeResponse,
     SessionDelegate,
     StartedCell,
+    Terminated,
     WaitOutcome,
     WaitRequest,
+    Yielded,
     missing_cell,
     normalize_identifier,
 )
 from codemode.errors import ObserverBusyError, RuntimeEndedError, SessionShuttingDownError
 
 from ._cell import RuntimeCell
-from ._observer import DEFAULT_YIELD_TIME_MS, observation_window_ms
+from ._observer import DEFAULT_YIELD_TIME_MS, Preemption, observation_window_ms
 from ._phases import Lifecycle
 
 
@@ -42,6 +49,7 @@ class RuntimeSession:
         limits: the limits of every cell of the session.
         max_response_bytes: the most output one observation takes (the host gives its frame
             limit); output past it stays in the cell for the next observation.
+        store_load: False for a session without stored values (rule 4).
     """
 
     def __init__(
@@ -51,8 +59,10 @@ class RuntimeSession:
         limits: CellLimits,
         *,
         max_response_bytes: int | None = None,
+        store_load: bool = True,
     ) -> None:
         self._engine = engine
+        self._store_load = store_load
         self._nursery = nursery
         self._limits = limits
         self._max_response_bytes = max_response_bytes
@@ -77,6 +87,49 @@ class RuntimeSession:
             SessionShuttingDownError: shutdown has begun.
         """
         await trio.lowlevel.checkpoint()
+        cell = self._start(request, delegate, frontier=False)
+
+        async def initial_response() -> RuntimeResponse:
+            response = await cell.initial_response()
+            assert not isinstance(response, Pending), "only frontier observers get a Pending"
+            return response
+
+        return StartedCell._create(cell.cell_id, initial_response, cell.release_initial_observer)
+
+    async def execute_to_pending(
+        self, request: ExecuteRequest, delegate: SessionDelegate
+    ) -> Pending | Completed | Terminated:
+        """Admit a cell and observe it to its pending frontier (or its end).
+
+        Cancelled before it returns, it terminates the cell: its caller never learned its id.
+
+        Raises:
+            SessionShuttingDownError: shutdown has begun.
+            FrameLimitError: the cell's next output item alone exceeds the response budget.
+        """
+        await trio.lowlevel.checkpoint()
+        cell = self.start_to_pending(request, delegate)
+        try:
+            response = await cell.initial_response()
+        except BaseException:
+            cell.abandon()
+            raise
+        await trio.lowlevel.cancel_shielded_checkpoint()  # the response is taken: no cancel
+        assert not isinstance(response, Yielded), "a frontier observer never yields"
+        return response
+
+    def start_to_pending(self, request: ExecuteRequest, delegate: SessionDelegate) -> RuntimeCell:
+        """Admit a cell whose initial observation runs to its pending frontier; the host awaits
+        its `initial_response()` itself, and `abandon()`s it when its caller is gone.
+
+        Raises:
+            SessionShuttingDownError: shutdown has begun.
+        """
+        return self._start(request, delegate, frontier=True)
+
+    def _start(
+        self, request: ExecuteRequest, delegate: SessionDelegate, *, frontier: bool
+    ) -> RuntimeCell:
         if not self._alive:
             raise SessionShuttingDownError()
         cell_id = str(self._next_cell)
@@ -89,6 +142,7 @@ class RuntimeSession:
             ],
             stored_values=self._stored,
             heap_limit=self._limits.max_heap_size_bytes,
+            store_load=self._store_load,
         )
         yield_time_ms = request.yield_time_ms
         if yield_time_ms is None:
@@ -101,15 +155,20 @@ class RuntimeSession:
             nursery=self._nursery,
             commit=self._stored.update,
             forget=self._forget,
-            initial_window_ms=observation_window_ms(yield_time_ms, self._limits),
+            initial_window_ms=(
+                None if frontier else observation_window_ms(yield_time_ms, self._limits)
+            ),
             max_response_bytes=self._max_response_bytes,
         )
         self._cells[cell_id] = cell
         self._nursery.start_soon(cell.run)
-        return StartedCell._create(cell_id, cell.initial_response, cell.release_initial_observer)
+        return cell
 
-    async def wait(self, request: WaitRequest) -> WaitOutcome:
-        """Observe a cell for up to `request.yield_time_ms` (grace and clamp applied).
+    async def wait(
+        self, request: WaitRequest, *, preemption: Preemption | None = None
+    ) -> WaitOutcome:
+        """Observe a cell for up to `request.yield_time_ms` (grace and clamp applied); a cell
+        paused at its pending frontier resumes.
 
         The observer is attached before the first checkpoint, so a wait made before an event
         reaches the cell (a tool's result, a timer) observes that event: a `yield_control()`
@@ -120,7 +179,23 @@ class RuntimeSession:
             ObserverBusyError: another observation of the cell is in progress.
             SessionShuttingDownError: shutdown has begun.
         """
-        cell = self._cells.get(request.cell_id)
+        window = observation_window_ms(request.yield_time_ms, self._limits)
+        return await self._observe(request.cell_id, window, preemption)
+
+    async def wait_to_pending(self, cell_id: str) -> WaitOutcome:
+        """Resume a cell and observe it to its next pending frontier, its completion or its
+        termination (a frontier it reached unobserved is returned at once).
+
+        Raises:
+            ObserverBusyError: another observation of the cell is in progress.
+            SessionShuttingDownError: shutdown has begun.
+        """
+        return await self._observe(cell_id, None)
+
+    async def _observe(
+        self, cell_id: str, window_ms: int | None, preemption: Preemption | None = None
+    ) -> WaitOutcome:
+        cell = self._cells.get(cell_id)
         if (
             not self._alive
             or cell is None
@@ -129,18 +204,38 @@ class RuntimeSession:
             await trio.lowlevel.checkpoint()
             if not self._alive:
                 raise SessionShuttingDownError()
-            return missing_cell(request.cell_id)
+            return missing_cell(cell_id)
         try:
-            observer = cell.attach(observation_window_ms(request.yield_time_ms, self._limits))
+            observer = cell.attach(window_ms)
         except ObserverBusyError:
             await trio.lowlevel.checkpoint()
             raise
+        if preemption is not None:
+            preemption.bind(lambda: cell.preempt(observer))
         try:
             response = await cell.observe(observer)
         except RuntimeEndedError:
-            return missing_cell(request.cell_id)
+            return missing_cell(cell_id)
         await trio.lowlevel.cancel_shielded_checkpoint()  # the response is taken: no cancel
         return LiveCell(response=response)
+
+    async def preempt(self, cell_id: str) -> None:
+        """Make the cell's active observation yield now; no effect on frontier observers, on
+        an unobserved cell or on an unknown one.
+
+        Raises:
+            SessionShuttingDownError: shutdown has begun.
+        """
+        await trio.lowlevel.checkpoint()
+        if not self._alive:
+            raise SessionShuttingDownError()
+        self.request_preempt(cell_id)
+
+    def request_preempt(self, cell_id: str) -> None:
+        """`preempt` without a checkpoint (the host's `operation/yield`)."""
+        cell = self._cells.get(cell_id)
+        if cell is not None:
+            cell.preempt()
 
     async def terminate(self, cell_id: str) -> WaitOutcome:
         """Stop a cell; returns its undelivered output, or its buffered completion.
@@ -165,6 +260,10 @@ class RuntimeSession:
             cell.begin_shutdown()
         for cell in cells:
             await cell.closed.wait()
+
+    def cell(self, cell_id: str) -> RuntimeCell | None:
+        """The live cell `cell_id` (for the host's inventory and for tests)."""
+        return self._cells.get(cell_id)
 
     def _forget(self, cell_id: str) -> None:
         self._cells.pop(cell_id, None)
