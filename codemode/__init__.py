@@ -6,6 +6,10 @@ private.
 
 from typing import TYPE_CHECKING
 
+from ._api import DEFAULT_HEAP_SIZE_BYTES as DEFAULT_HEAP_SIZE_BYTES
+from ._api import DEFAULT_PENDING_OUTPUT_BYTES as DEFAULT_PENDING_OUTPUT_BYTES
+from ._api import DEFAULT_STORED_VALUE_BYTES as DEFAULT_STORED_VALUE_BYTES
+from ._api import MAX_PENDING_OUTPUT_BYTES as MAX_PENDING_OUTPUT_BYTES
 from ._api import CellId as CellId
 from ._api import CellLimits as CellLimits
 from ._api import Completed as Completed
@@ -47,7 +51,11 @@ from .errors import ToolError as ToolError
 from .protocol import MAX_FRAME_BYTES as MAX_FRAME_BYTES
 
 __all__ = [
+    "DEFAULT_HEAP_SIZE_BYTES",
+    "DEFAULT_PENDING_OUTPUT_BYTES",
+    "DEFAULT_STORED_VALUE_BYTES",
     "MAX_FRAME_BYTES",
+    "MAX_PENDING_OUTPUT_BYTES",
     "AdmissionError",
     "AlreadyTerminatingError",
     "CellId",

@@ -269,24 +269,67 @@ class NestedToolCall(_Value, frozen=True):
     input: JsonValue = None
 
 
+DEFAULT_HEAP_SIZE_BYTES = 256 << 20
+"""A cell's JavaScript heap when `CellLimits.max_heap_size_bytes` is None (docs/limits.md)."""
+DEFAULT_PENDING_OUTPUT_BYTES = 16 << 20
+"""A cell's undelivered output when `CellLimits.max_pending_output_bytes` is None."""
+MAX_PENDING_OUTPUT_BYTES = 60 << 20
+"""The highest pending output limit: all of it fits in one response frame."""
+DEFAULT_STORED_VALUE_BYTES = 16 << 20
+"""A session's stored values when `CellLimits.max_stored_value_bytes` is None."""
+
+
 class CellLimits(_Value, frozen=True):
-    """Limits shared by every cell of a session.
+    """Limits shared by every cell of a session (docs/limits.md). `None` means the documented
+    default, never unbounded where that could take the host down; for `max_cpu_time_ms` it
+    means no CPU limit.
 
     Parameters:
         max_yield_time_ms: the longest observation window (execute and wait alike).
-        max_heap_size_bytes: the most each cell's JavaScript heap may hold; enforced.
+        max_heap_size_bytes: the most each cell's JavaScript heap may hold (default
+            `DEFAULT_HEAP_SIZE_BYTES`); the allocation past it fails the cell.
+        max_cpu_time_ms: CPU time each cell may use; past it the cell ends by itself with
+            `exec cell exceeded its CPU time limit of N ms`, its stored values uncommitted.
+        max_pending_output_bytes: output a cell may hold undelivered (default
+            `DEFAULT_PENDING_OUTPUT_BYTES`, at most `MAX_PENDING_OUTPUT_BYTES`); past it
+            `text()` and `image()` throw a catchable `Error`.
+        max_stored_value_bytes: what the session's stored values may take, keys and JSON
+            texts (default `DEFAULT_STORED_VALUE_BYTES`); past it `store()` throws.
     """
 
     max_yield_time_ms: int | None = None
     max_heap_size_bytes: int | None = None
+    max_cpu_time_ms: int | None = None
+    max_pending_output_bytes: int | None = None
+    max_stored_value_bytes: int | None = None
 
     def problem(self) -> str | None:
         """What makes these limits invalid, or None if they are valid."""
         if self.max_yield_time_ms is not None and self.max_yield_time_ms < 0:
             return f"max_yield_time_ms must not be negative, got {self.max_yield_time_ms}"
-        if self.max_heap_size_bytes is not None and self.max_heap_size_bytes <= 0:
-            return f"max_heap_size_bytes must be positive, got {self.max_heap_size_bytes}"
+        for name in ("max_heap_size_bytes", "max_cpu_time_ms", "max_stored_value_bytes"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                return f"{name} must be positive, got {value}"
+        output = self.max_pending_output_bytes
+        if output is not None and not 0 < output <= MAX_PENDING_OUTPUT_BYTES:
+            return (
+                f"max_pending_output_bytes must be between 1 and {MAX_PENDING_OUTPUT_BYTES},"
+                f" got {output}"
+            )
         return None
+
+    def heap_size_bytes(self) -> int:
+        """The heap limit in force: the given one, or the default."""
+        return self.max_heap_size_bytes or DEFAULT_HEAP_SIZE_BYTES
+
+    def pending_output_bytes(self) -> int:
+        """The pending output limit in force: the given one, or the default."""
+        return self.max_pending_output_bytes or DEFAULT_PENDING_OUTPUT_BYTES
+
+    def stored_value_bytes(self) -> int:
+        """The stored values limit in force: the given one, or the default."""
+        return self.max_stored_value_bytes or DEFAULT_STORED_VALUE_BYTES
 
     def checked(self) -> CellLimits:
         """These limits, if they are valid (every provider and the host check them so).

@@ -21,6 +21,7 @@ EV_IDLE: Final[int]
 OUTCOME_OK: Final[int]
 OUTCOME_ERROR: Final[int]
 OUTCOME_INTERRUPTED: Final[int]
+OUTCOME_CPU_LIMIT: Final[int]
 
 RawEvent = tuple[int, int, int, int, str | bytes | None, str | bytes | None]
 
@@ -31,19 +32,34 @@ class Cell:
     def key(self) -> int | None: ...
     def settle_tool(self, call_id: int, ok: bool, payload: bytes, /) -> None: ...
     def fire_timer(self, timer_id: int, /) -> None: ...
+    def output_taken(self, bytes: int, /) -> None: ...
     def interrupt(self) -> None: ...
     def close(self) -> None: ...
 
 class Engine:
     def __init__(
-        self, workers: int, prelude: bytes, max_workers: int, fault_events_after: int = -1
+        self,
+        workers: int,
+        prelude: bytes,
+        max_workers: int,
+        fault_events_after: int = -1,
+        heap_budget: int = 0,
     ) -> None: ...
     @property
     def live_cells(self) -> int: ...
     @property
+    def heap_total(self) -> int: ...
+    @property
     def worker_threads(self) -> int: ...
     def start_cell(
-        self, key: int, source: bytes, config: bytes, heap_limit: int, stack_limit: int
+        self,
+        key: int,
+        source: bytes,
+        config: bytes,
+        heap_limit: int,
+        stack_limit: int,
+        cpu_limit_ms: int = 0,
+        output_limit: int = 0,
     ) -> Cell: ...
     def drain(self) -> list[RawEvent]: ...
     def fileno(self) -> int: ...

@@ -121,6 +121,7 @@ async def run_cell(
     stored_values: dict[str, bytes] | None = None,
     heap_limit: int | None = None,
     stack_limit: int | None = None,
+    cpu_limit_ms: int | None = None,
 ) -> CellRun:
     """Run `source` in a fresh cell to its end (bounded by 10 s on trio's clock)."""
     with trio.fail_after(10):
@@ -130,6 +131,7 @@ async def run_cell(
             stored_values=stored_values,
             heap_limit=heap_limit,
             stack_limit=stack_limit,
+            cpu_limit_ms=cpu_limit_ms,
         ) as cell:
             return await drive(cell, on_tool=on_tool)
 

@@ -27,6 +27,7 @@ import trio.testing
 
 import codemode
 from codemode import (
+    CellLimits,
     Completed,
     ExecuteRequest,
     HostLostError,
@@ -480,20 +481,31 @@ async def test_a_started_cell_dropped_in_another_thread_releases_its_cell(kind: 
 
 
 @pytest.mark.parametrize("kind", PROVIDERS)
-async def test_output_larger_than_a_frame_arrives_over_several_responses(kind: str) -> None:
-    source = 'const big = "x".repeat(25 << 20); text(big + "1"); text(big + "2"); text(big + "3");'
+async def test_output_past_the_pending_output_limit_throws_and_what_is_buffered_arrives(
+    kind: str,
+) -> None:
+    # The pending output limit (at most 60 MiB) keeps every observation below the frame
+    # limit: the text() that would pass it throws, what is buffered arrives in one response.
+    source = """
+        const big = "x".repeat(25 << 20);
+        text(big + "1"); text(big + "2");
+        try { text(big + "3"); } catch (e) { text(String(e)); }
+    """
+    limits = CellLimits(max_pending_output_bytes=60 << 20)
     with trio.fail_after(60):
-        async with session_of(kind) as session:
+        async with open_provider(kind) as provider:
+            session = await provider.create_session(limits)
             started = await session.execute(request(source), RecordingDelegate())
-            responses: list[RuntimeResponse | Pending] = [await started.initial_response()]
-            while isinstance(responses[-1], Yielded):
-                responses.append((await session.wait(WaitRequest(cell_id="1"))).response)
-    endings = [text[-1] for response in responses for text in texts(response)]
-    assert endings == ["1", "2", "3"]
-    assert all(len(text) == (25 << 20) + 1 for r in responses for text in texts(r))
-    assert isinstance(responses[-1], Completed)
-    if kind == "process":
-        assert len(responses) == 2  # two items fit in a frame, the third follows
+            response = await started.initial_response()
+    assert isinstance(response, Completed)
+    assert response.error_text is None
+    *bigs, error = texts(response)
+    assert [text[-1] for text in bigs] == ["1", "2"]
+    assert all(len(text) == (25 << 20) + 1 for text in bigs)
+    assert error == (
+        "Error: exec cell output exceeds its pending output limit of 62914560 bytes;"
+        " the output so far is delivered when the cell is observed"
+    )
 
 
 @pytest.mark.parametrize("kind", PROVIDERS)

@@ -12,6 +12,7 @@ from ._engine import CellTool as CellTool
 from ._engine import Engine as Engine
 from ._engine import EngineCell as EngineCell
 from ._engine import EngineClosedError as EngineClosedError
+from ._engine import default_heap_budget as default_heap_budget
 from ._engine import default_workers as default_workers
 from ._engine import open_engine as open_engine
 from ._events import CellEvent as CellEvent
@@ -49,6 +50,7 @@ __all__ = [
     "TimerStarted",
     "ToolCallRequested",
     "YieldRequested",
+    "default_heap_budget",
     "default_workers",
     "open_engine",
 ]

@@ -35,6 +35,12 @@ DEFAULT_STACK_LIMIT = _quickjs.DEFAULT_STACK_LIMIT
 DEFAULT_MAX_WORKERS = 64
 """Worker threads the engine may grow to while cells that compute for long hold the others."""
 
+
+def default_heap_budget() -> int:
+    """Half of the machine's memory: the most all cells of one engine may hold together."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+
+
 _PRELUDE = Path(__file__).with_name("prelude.js").read_bytes()
 
 
@@ -54,6 +60,7 @@ class _CellConfig(msgspec.Struct, frozen=True):
     tools: Sequence[CellTool]
     stored: Mapping[str, str]
     store_load: bool
+    stored_limit: int
 
 
 _encode_config = msgspec.json.Encoder().encode
@@ -86,7 +93,9 @@ class EngineCell:
 
     async def next_events(self) -> list[CellEvent]:
         """Wait until the cell has published something; return everything it has published."""
-        await trio.lowlevel.checkpoint_if_cancelled()
+        # A checkpoint even when events are waiting: a cell that floods events (an output
+        # loop) must not keep its observers from running.
+        await trio.lowlevel.checkpoint()
         while not self._pending:
             self._wakeup = trio.Event()
             await self._wakeup.wait()
@@ -103,6 +112,10 @@ class EngineCell:
         """Reject the promise of tool call `call_id` with the plain string `error_text`."""
         self._native.settle_tool(call_id, False, error_text.encode())
         self.commands_submitted += 1
+
+    def output_taken(self, size: int) -> None:
+        """The runtime took `size` bytes of the cell's output: room under its output limit."""
+        self._native.output_taken(size)
 
     def fire_timer(self, timer_id: int) -> None:
         """Run the callback of timer `timer_id`, unless it was cleared."""
@@ -144,6 +157,11 @@ class Engine:
         return self._native.live_cells
 
     @property
+    def heap_total(self) -> int:
+        """Bytes of JavaScript heap all cells hold together (the budget's measure)."""
+        return self._native.heap_total
+
+    @property
     def worker_threads(self) -> int:
         """Native worker threads started so far (the pool grows when cells starve)."""
         return self._native.worker_threads
@@ -157,6 +175,9 @@ class Engine:
         heap_limit: int | None = None,
         stack_limit: int | None = None,
         store_load: bool = True,
+        cpu_limit_ms: int | None = None,
+        output_limit: int | None = None,
+        stored_value_limit: int | None = None,
     ) -> EngineCell:
         """Create a cell and queue its start; its events follow through `next_events`.
 
@@ -168,6 +189,13 @@ class Engine:
             stack_limit: bytes of JS stack (None: `DEFAULT_STACK_LIMIT`; at most
                 `MAX_STACK_LIMIT`).
             store_load: False leaves `store` and `load` out of the cell's globals.
+            cpu_limit_ms: CPU time the cell's turns may use (None: no limit); past it the cell
+                finishes with `Outcome.CPU_LIMIT`.
+            output_limit: bytes of output (`item_bytes` of each text and image) published and
+                not yet taken (`output_taken`) past which `text()` and `image()` throw (None:
+                no limit).
+            stored_value_limit: characters of keys and JSON texts the stored values may take,
+                as this cell sees them; past it `store()` throws (None: no limit).
 
         Raises:
             ValueError: a limit out of range.
@@ -180,11 +208,24 @@ class Engine:
                 f"stack_limit must be between 1 and {MAX_STACK_LIMIT} bytes, got {stack_limit}"
             )
         stored = {key: value.decode() for key, value in (stored_values or {}).items()}
-        config = _encode_config(_CellConfig(tools=tools, stored=stored, store_load=store_load))
+        config = _encode_config(
+            _CellConfig(
+                tools=tools,
+                stored=stored,
+                store_load=store_load,
+                stored_limit=stored_value_limit or 0,
+            )
+        )
         key = self._next_key
         self._next_key += 1
         native = self._native.start_cell(
-            key, source.encode(errors="surrogatepass"), config, heap_limit or 0, stack_limit or 0
+            key,
+            source.encode(errors="surrogatepass"),
+            config,
+            heap_limit or 0,
+            stack_limit or 0,
+            cpu_limit_ms or 0,
+            output_limit or 0,
         )
         cell = EngineCell(native, self)
         self._cells[key] = cell
@@ -218,6 +259,7 @@ async def open_engine(
     workers: int | None = None,
     max_workers: int = DEFAULT_MAX_WORKERS,
     fault_events_after: int | None = None,
+    heap_budget: int | None = None,
 ) -> AsyncIterator[Engine]:
     """Start the engine's worker threads and its event collector for the block's duration.
 
@@ -228,6 +270,8 @@ async def open_engine(
         fault_events_after: fault injection for tests: after this many events, publishing an
             event fails as it would without memory (the cell then finishes with an error
             instead of hanging). None: never.
+        heap_budget: the most JavaScript heap all cells may hold together; an allocation past
+            it fails its cell (None: `default_heap_budget()`, half the machine's memory).
 
     Resource handling: on exit, every cell still running is interrupted and the worker
     threads are joined (shielded: a cancelled block still waits for the threads).
@@ -238,6 +282,7 @@ async def open_engine(
         _PRELUDE,
         max(max_workers, workers),
         -1 if fault_events_after is None else fault_events_after,
+        default_heap_budget() if heap_budget is None else heap_budget,
     )
     engine = Engine(native)
     try:

@@ -24,6 +24,8 @@ class Outcome(enum.Enum):
     """The module promise rejected, or a timer callback or the cell's set-up threw."""
     INTERRUPTED = _quickjs.OUTCOME_INTERRUPTED
     """`interrupt()` or `close()` stopped it; never reported as a JS error."""
+    CPU_LIMIT = _quickjs.OUTCOME_CPU_LIMIT
+    """It used up its CPU time limit (`error_text` says so); uncatchable by the cell."""
 
 
 class Started(msgspec.Struct, frozen=True):
@@ -102,13 +104,16 @@ class Idle(msgspec.Struct, frozen=True):
         commands_taken: how many start, settle and fire-timer commands the cell has run so
             far; equal to what was submitted (`EngineCell.commands_submitted`) means the cell is
             quiescent: nothing it was given is left to run.
+        cpu_us: CPU time the cell's turns have used so far, in microseconds.
     """
 
     commands_taken: int
+    cpu_us: int = 0
 
 
 class Finished(msgspec.Struct, frozen=True):
-    """The cell's JavaScript is over; `error_text` is set exactly when the outcome is ERROR."""
+    """The cell's JavaScript is over; `error_text` is set exactly when the outcome is ERROR or
+    CPU_LIMIT."""
 
     outcome: Outcome
     error_text: str | None
@@ -141,7 +146,7 @@ def decode_event(
             assert a is None or isinstance(a, bytes)
             return ToolCallRequested(n1, n2, a)
         case _quickjs.EV_IDLE:
-            return Idle(n1)
+            return Idle(n1, n2)
         case _quickjs.EV_STARTED:
             return Started(n1)
         case _quickjs.EV_IMAGE:

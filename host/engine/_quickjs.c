@@ -27,7 +27,13 @@
  *    text and in JSON escapes alike (engine-notes 1.7).
  * 7. Every turn of a running cell ends with EV_IDLE carrying how many of the commands Python
  *    submitted (start, settle, fire timer) the cell has taken so far: when that equals what
- *    Python submitted, the cell is quiescent (the pending frontier, reference-runtime 5.9).
+ *    Python submitted, the cell is quiescent (the pending frontier, reference-runtime 5.9), and
+ *    the CPU time the cell has used.
+ * 8. Limits: each cell's heap (its own limit, and the engine-wide heap budget all cells share),
+ *    its CPU time (thread CPU time of its turns, checked by the interrupt handler and at the end
+ *    of each turn; past it the cell ends with OUTCOME_CPU_LIMIT) and its pending output (bytes
+ *    of text and images published and not yet taken by Python: past it `text()` and `image()`
+ *    throw a catchable Error, and nothing is published).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -84,7 +90,10 @@ enum event_kind {
     EV_IDLE,
 };
 
-enum outcome { OUTCOME_OK = 0, OUTCOME_ERROR = 1, OUTCOME_INTERRUPTED = 2 };
+enum outcome { OUTCOME_OK = 0, OUTCOME_ERROR = 1, OUTCOME_INTERRUPTED = 2, OUTCOME_CPU_LIMIT = 3 };
+
+/* Which heap limit refused an allocation (the text of the cell's failure names it). */
+enum heap_exhaustion { HEAP_FREE = 0, HEAP_CELL_LIMIT, HEAP_HOST_BUDGET };
 
 typedef struct event {
     int64_t key;
@@ -133,8 +142,14 @@ typedef struct cell {
     size_t heap_limit;
     size_t heap_used;
     bool heap_enforced;
-    bool heap_exhausted;
+    int heap_exhausted; /* enum heap_exhaustion */
     size_t stack_limit;
+    int64_t cpu_limit_ns; /* 0: none */
+    int64_t cpu_ns;       /* CPU time of the turns run so far */
+    int64_t turn_start_ns;
+    atomic_int cpu_exceeded;
+    int64_t output_limit; /* 0: none */
+    atomic_llong output_bytes;
 } cell_t;
 
 struct engine {
@@ -162,6 +177,10 @@ struct engine {
     finish_node_t *finished_head, *finished_tail;
     /* Fault injection for tests: publishing fails after this many more events (-1: never). */
     int64_t fault_events_after;
+
+    /* The heap all cells hold together, and the most they may (0: no budget). */
+    atomic_size_t heap_total;
+    size_t heap_budget;
 
     /* prelude.js compiled once per engine; each cell reads the bytecode instead of parsing. */
     uint8_t *prelude;
@@ -232,6 +251,13 @@ static bool push_event(engine_t *e, int64_t key, int kind, int64_t n1, int64_t n
 }
 
 #define LOST_EVENT_TEXT "InternalError: the code-mode host ran out of memory for this cell's events"
+#define OUTPUT_LIMIT_TEXT                                                                     \
+    "exec cell output exceeds its pending output limit of %lld bytes; the output so far is "   \
+    "delivered when the cell is observed"
+#define CPU_LIMIT_TEXT "exec cell exceeded its CPU time limit of %lld ms"
+#define CELL_HEAP_TEXT "InternalError: out of memory: exec cell exceeded its heap limit of %zu bytes"
+#define BUDGET_HEAP_TEXT                                                                      \
+    "InternalError: out of memory: the code-mode host's heap budget of %zu bytes is used up"
 
 /* Publishes an event of a running cell; a cell whose event is lost is stopped (faulted). */
 static void publish(cell_t *c, int kind, int64_t n1, int64_t n2, char *a, size_t alen, char *b,
@@ -352,31 +378,58 @@ static char *to_json_utf8(JSContext *ctx, JSValueConst value, size_t *len)
 /* ---------------------------------------------------------------------------------------- */
 /* The cell's heap: our allocator enforces the limit, so we know when it was hit.          */
 
+/* Whether growing the cell's heap by `grow` bytes would pass its limit or the engine's budget;
+   records which one (rule 8). */
+static bool heap_refuses(cell_t *c, size_t grow)
+{
+    if (!c->heap_enforced)
+        return false;
+    if (c->heap_limit && c->heap_used + grow > c->heap_limit) {
+        c->heap_exhausted = HEAP_CELL_LIMIT;
+        return true;
+    }
+    engine_t *e = c->engine;
+    if (e->heap_budget &&
+        atomic_load_explicit(&e->heap_total, memory_order_relaxed) + grow > e->heap_budget) {
+        c->heap_exhausted = HEAP_HOST_BUDGET;
+        return true;
+    }
+    return false;
+}
+
+static void heap_grew(cell_t *c, size_t bytes)
+{
+    c->heap_used += bytes;
+    atomic_fetch_add_explicit(&c->engine->heap_total, bytes, memory_order_relaxed);
+}
+
+static void heap_shrank(cell_t *c, size_t bytes)
+{
+    c->heap_used -= bytes;
+    atomic_fetch_sub_explicit(&c->engine->heap_total, bytes, memory_order_relaxed);
+}
+
 static void *cell_calloc(void *opaque, size_t count, size_t size)
 {
     cell_t *c = opaque;
     if (size && count > SIZE_MAX / size)
         return NULL;
-    if (c->heap_enforced && c->heap_limit && c->heap_used + count * size > c->heap_limit) {
-        c->heap_exhausted = true;
+    if (heap_refuses(c, count * size))
         return NULL;
-    }
     void *p = calloc(count, size);
     if (p)
-        c->heap_used += malloc_usable_size(p);
+        heap_grew(c, malloc_usable_size(p));
     return p;
 }
 
 static void *cell_malloc(void *opaque, size_t size)
 {
     cell_t *c = opaque;
-    if (c->heap_enforced && c->heap_limit && c->heap_used + size > c->heap_limit) {
-        c->heap_exhausted = true;
+    if (heap_refuses(c, size))
         return NULL;
-    }
     void *p = malloc(size);
     if (p)
-        c->heap_used += malloc_usable_size(p);
+        heap_grew(c, malloc_usable_size(p));
     return p;
 }
 
@@ -385,7 +438,7 @@ static void cell_free(void *opaque, void *ptr)
     cell_t *c = opaque;
     if (!ptr)
         return;
-    c->heap_used -= malloc_usable_size(ptr);
+    heap_shrank(c, malloc_usable_size(ptr));
     free(ptr);
 }
 
@@ -393,17 +446,14 @@ static void *cell_realloc(void *opaque, void *ptr, size_t size)
 {
     cell_t *c = opaque;
     size_t old = ptr ? malloc_usable_size(ptr) : 0;
-    if (size > old && c->heap_enforced && c->heap_limit &&
-        c->heap_used - old + size > c->heap_limit) {
-        c->heap_exhausted = true;
+    if (size > old && heap_refuses(c, size - old))
         return NULL;
-    }
     void *p = realloc(ptr, size);
     if (p) {
-        c->heap_used -= old;
-        c->heap_used += malloc_usable_size(p);
+        heap_shrank(c, old);
+        heap_grew(c, malloc_usable_size(p));
     } else if (size == 0) {
-        c->heap_used -= old;
+        heap_shrank(c, old);
     }
     return p;
 }
@@ -420,12 +470,30 @@ static const JSMallocFunctions cell_malloc_functions = {
 /* ---------------------------------------------------------------------------------------- */
 /* Engine hooks installed in every runtime                                                  */
 
+static int64_t thread_cpu_ns(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+/* Whether the cell has used up its CPU time, the running turn included (rule 8). */
+static bool cpu_used_up(cell_t *c)
+{
+    if (atomic_load_explicit(&c->cpu_exceeded, memory_order_relaxed))
+        return true;
+    if (!c->cpu_limit_ns || c->cpu_ns + (thread_cpu_ns() - c->turn_start_ns) <= c->cpu_limit_ns)
+        return false;
+    atomic_store(&c->cpu_exceeded, 1);
+    return true;
+}
+
 static int interrupt_handler(JSRuntime *rt, void *opaque)
 {
     cell_t *c = opaque;
     (void)rt;
     return atomic_load_explicit(&c->interrupt, memory_order_relaxed) ||
-           atomic_load_explicit(&c->faulted, memory_order_relaxed);
+           atomic_load_explicit(&c->faulted, memory_order_relaxed) || cpu_used_up(c);
 }
 
 static char *refuse_import(JSContext *ctx, const char *base, const char *name, void *opaque)
@@ -466,6 +534,26 @@ enum hook {
     HOOK_EXIT,
 };
 
+/* Bytes an output item counts for, as the runtime counts them (`_observer.item_bytes`). */
+#define OUTPUT_ITEM_OVERHEAD 64
+
+/* Reserves room for an item of `len` bytes under the pending output limit (rule 8). */
+static bool take_output_room(cell_t *c, size_t len)
+{
+    long long item = (long long)len + OUTPUT_ITEM_OVERHEAD;
+    long long now = atomic_fetch_add(&c->output_bytes, item);
+    if (c->output_limit && now + item > c->output_limit) {
+        atomic_fetch_sub(&c->output_bytes, item);
+        return false;
+    }
+    return true;
+}
+
+static JSValue throw_output_limit(JSContext *ctx, cell_t *c)
+{
+    return JS_ThrowPlainError(ctx, OUTPUT_LIMIT_TEXT, (long long)c->output_limit);
+}
+
 static JSValue native_hook(JSContext *ctx, JSValueConst this_val, int argc, JSValueConst *argv,
                            int magic)
 {
@@ -483,6 +571,10 @@ static JSValue native_hook(JSContext *ctx, JSValueConst this_val, int argc, JSVa
     case HOOK_NOTIFY:
         if (!(a = to_utf8(ctx, arg0, &alen)))
             return JS_EXCEPTION;
+        if (magic == HOOK_TEXT && !take_output_room(c, alen)) {
+            free(a);
+            return throw_output_limit(ctx, c);
+        }
         publish(c, magic == HOOK_TEXT ? EV_TEXT : EV_NOTIFY, 0, 0, a, alen, NULL, 0);
         break;
     case HOOK_IMAGE:
@@ -491,6 +583,11 @@ static JSValue native_hook(JSContext *ctx, JSValueConst this_val, int argc, JSVa
         if (!(b = to_utf8(ctx, arg1, &blen))) {
             free(a);
             return JS_EXCEPTION;
+        }
+        if (!take_output_room(c, alen)) {
+            free(a);
+            free(b);
+            return throw_output_limit(ctx, c);
         }
         publish(c, EV_IMAGE, 0, 0, a, alen, b, blen);
         break;
@@ -553,13 +650,28 @@ static char *concat3(const char *a, size_t alen, const char *sep, const char *b,
     return out;
 }
 
+/* The text of an allocation that failed: which heap limit refused it (rule 8). */
+static char *out_of_memory_text(cell_t *c, size_t *len)
+{
+    char text[160];
+    int n;
+    if (c->heap_exhausted == HEAP_HOST_BUDGET)
+        n = snprintf(text, sizeof text, BUDGET_HEAP_TEXT, c->engine->heap_budget);
+    else if (c->heap_exhausted == HEAP_CELL_LIMIT)
+        n = snprintf(text, sizeof text, CELL_HEAP_TEXT, c->heap_limit);
+    else
+        n = snprintf(text, sizeof text, "InternalError: out of memory");
+    *len = (size_t)n;
+    return dup_bytes(text, *len);
+}
+
 /* The text of a thrown value (reference-runtime 3.14). QuickJS stacks hold only frame lines,
    so an Error's text is built as `String(e)` + newline + stack, as V8 prints it. */
 static char *error_text(JSContext *ctx, JSValueConst value, size_t *len)
 {
     cell_t *c = JS_GetRuntimeOpaque(JS_GetRuntime(ctx));
     if (JS_IsNull(value) && c->heap_exhausted)
-        return dup_bytes("InternalError: out of memory", *len = 28);
+        return out_of_memory_text(c, len);
     char *head = NULL, *stack = NULL, *text = NULL;
     size_t head_len = 0, stack_len = 0;
     if (JS_IsObject(value)) {
@@ -576,11 +688,16 @@ static char *error_text(JSContext *ctx, JSValueConst value, size_t *len)
         return stack;
     }
     head = to_utf8(ctx, value, &head_len);
+    if (head && c->heap_exhausted && head_len == 28 &&
+        memcmp(head, "InternalError: out of memory", 28) == 0) {
+        free(head); /* name the limit that refused the allocation */
+        head = out_of_memory_text(c, &head_len);
+    }
     if (!head) {
         JS_FreeValue(ctx, JS_GetException(ctx));
         free(stack);
         if (c->heap_exhausted)
-            return dup_bytes("InternalError: out of memory", *len = 28);
+            return out_of_memory_text(c, len);
         return dup_bytes("[value that cannot be converted to a string]", *len = 44);
     }
     if (stack && stack_len) {
@@ -622,6 +739,12 @@ static bool finish_if_stopped(cell_t *c)
 {
     if (atomic_load(&c->interrupt)) {
         finish(c, OUTCOME_INTERRUPTED, NULL, 0);
+        return true;
+    }
+    if (atomic_load(&c->cpu_exceeded)) {
+        char text[96];
+        int n = snprintf(text, sizeof text, CPU_LIMIT_TEXT, (long long)(c->cpu_limit_ns / 1000000));
+        finish(c, OUTCOME_CPU_LIMIT, dup_bytes(text, (size_t)n), (size_t)n);
         return true;
     }
     if (atomic_load(&c->faulted)) {
@@ -882,6 +1005,7 @@ static void dispatch(cell_t *c, command_t *cmd)
 
 static void run_turn(cell_t *c, command_t *cmds)
 {
+    c->turn_start_ns = thread_cpu_ns();
     if (c->rt)
         JS_UpdateStackTop(c->rt);
     for (command_t *cmd = cmds; cmd; cmd = cmd->next) {
@@ -910,8 +1034,11 @@ static void run_turn(cell_t *c, command_t *cmds)
         }
     }
     free_commands(cmds);
+    c->cpu_ns += thread_cpu_ns() - c->turn_start_ns;
+    c->turn_start_ns = thread_cpu_ns();
     if (!c->finished && c->ctx) {
-        publish(c, EV_IDLE, c->commands_taken, 0, NULL, 0, NULL, 0);
+        cpu_used_up(c); /* also a cell whose many short turns add up */
+        publish(c, EV_IDLE, c->commands_taken, c->cpu_ns / 1000, NULL, 0, NULL, 0);
         finish_if_stopped(c); /* the idle event itself may be the one that was lost */
     }
 }
@@ -1160,12 +1287,14 @@ static uint8_t *compile_prelude(const char *source, size_t len, size_t *out_len)
 /* Engine(workers, prelude, max_workers, fault_events_after=-1) */
 static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"workers", "prelude", "max_workers", "fault_events_after", NULL};
+    static char *kwlist[] = {"workers", "prelude", "max_workers", "fault_events_after",
+                             "heap_budget", NULL};
     int workers, max_workers;
     long long fault_events_after = -1;
+    unsigned long long heap_budget = 0;
     Py_buffer prelude;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iy*i|L", kwlist, &workers, &prelude,
-                                     &max_workers, &fault_events_after))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iy*i|LK", kwlist, &workers, &prelude,
+                                     &max_workers, &fault_events_after, &heap_budget))
         return -1;
     if (self->engine) {
         PyBuffer_Release(&prelude);
@@ -1186,6 +1315,8 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     e->efd = -1;
+    e->heap_budget = (size_t)heap_budget;
+    atomic_init(&e->heap_total, 0);
     e->fault_events_after = fault_events_after < 0 ? -1 : fault_events_after;
     e->prelude = compile_prelude(prelude.buf, (size_t)prelude.len, &e->prelude_len);
     PyBuffer_Release(&prelude);
@@ -1397,6 +1528,14 @@ static PyObject *Engine_drain(EngineObject *self, PyObject *Py_UNUSED(ignored))
     return list;
 }
 
+static PyObject *Engine_heap_total(EngineObject *self, void *closure)
+{
+    (void)closure;
+    if (!self->engine)
+        return PyLong_FromLong(0);
+    return PyLong_FromSize_t(atomic_load(&self->engine->heap_total));
+}
+
 static PyObject *Engine_live_cells(EngineObject *self, void *closure)
 {
     (void)closure;
@@ -1408,15 +1547,17 @@ static PyObject *Engine_live_cells(EngineObject *self, void *closure)
     return PyLong_FromSsize_t(n);
 }
 
-/* start_cell(key, source, config, heap_limit, stack_limit) -> Cell */
+/* start_cell(key, source, config, heap_limit, stack_limit, cpu_limit_ms=0, output_limit=0)
+   -> Cell (0: no limit) */
 static PyObject *Engine_start_cell(EngineObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"key", "source", "config", "heap_limit", "stack_limit", NULL};
+    static char *kwlist[] = {"key",         "source",       "config",       "heap_limit",
+                             "stack_limit", "cpu_limit_ms", "output_limit", NULL};
     long long key;
     Py_buffer source, config;
-    unsigned long long heap_limit, stack_limit;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Ly*y*KK", kwlist, &key, &source, &config,
-                                     &heap_limit, &stack_limit))
+    unsigned long long heap_limit, stack_limit, cpu_limit_ms = 0, output_limit = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Ly*y*KK|KK", kwlist, &key, &source, &config,
+                                     &heap_limit, &stack_limit, &cpu_limit_ms, &output_limit))
         return NULL;
     engine_t *e = self->engine;
     PyObject *result = NULL;
@@ -1456,6 +1597,10 @@ static PyObject *Engine_start_cell(EngineObject *self, PyObject *args, PyObject 
     c->engine = e;
     c->key = key;
     c->heap_limit = (size_t)heap_limit;
+    c->cpu_limit_ns = (int64_t)cpu_limit_ms * 1000000;
+    c->output_limit = (int64_t)output_limit;
+    atomic_init(&c->cpu_exceeded, 0);
+    atomic_init(&c->output_bytes, 0);
     c->stack_limit = stack_limit ? (size_t)stack_limit : DEFAULT_JS_STACK;
     c->module_promise = JS_UNDEFINED;
     c->dispatch = JS_UNDEFINED;
@@ -1521,6 +1666,7 @@ static PyObject *Engine_worker_threads(EngineObject *self, void *closure)
 
 static PyGetSetDef Engine_getset[] = {
     {"live_cells", (getter)Engine_live_cells, NULL, "Cells created and not yet freed.", NULL},
+    {"heap_total", (getter)Engine_heap_total, NULL, "Bytes of heap all cells hold.", NULL},
     {"worker_threads", (getter)Engine_worker_threads, NULL, "Worker threads started so far.",
      NULL},
     {NULL, NULL, NULL, NULL, NULL},
@@ -1586,6 +1732,17 @@ static PyObject *Cell_fire_timer(CellObject *self, PyObject *arg)
     if (cmd)
         cmd->id = timer_id;
     return submit(self, cmd);
+}
+
+/* The runtime took `bytes` of the cell's output (rule 8): room for more. */
+static PyObject *Cell_output_taken(CellObject *self, PyObject *arg)
+{
+    long long bytes = PyLong_AsLongLong(arg);
+    if (bytes == -1 && PyErr_Occurred())
+        return NULL;
+    if (self->cell && bytes > 0)
+        atomic_fetch_sub(&self->cell->output_bytes, bytes);
+    Py_RETURN_NONE;
 }
 
 /* Callable without the GIL: an atomic store, then a wake-up under the engine's mutex. */
@@ -1668,6 +1825,8 @@ static PyMethodDef Cell_methods[] = {
     {"settle_tool", (PyCFunction)Cell_settle_tool, METH_VARARGS,
      "settle_tool(call_id, ok, payload): resolve (JSON payload) or reject (text) a tool call."},
     {"fire_timer", (PyCFunction)Cell_fire_timer, METH_O, "Run the callback of a timer."},
+    {"output_taken", (PyCFunction)Cell_output_taken, METH_O,
+     "output_taken(bytes): the runtime took that much of the cell's pending output."},
     {"interrupt", (PyCFunction)Cell_interrupt, METH_NOARGS,
      "Stop the cell's JavaScript; it then reports itself interrupted."},
     {"close", (PyCFunction)Cell_close, METH_NOARGS, "Interrupt the cell and free its runtime."},
@@ -1728,6 +1887,7 @@ static int module_exec(PyObject *module)
         {"OUTCOME_OK", OUTCOME_OK},
         {"OUTCOME_ERROR", OUTCOME_ERROR},
         {"OUTCOME_INTERRUPTED", OUTCOME_INTERRUPTED},
+        {"OUTCOME_CPU_LIMIT", OUTCOME_CPU_LIMIT},
         {"MAX_STACK_LIMIT", (long)(WORKER_STACK_SIZE - STACK_MARGIN)},
         {"DEFAULT_STACK_LIMIT", (long)DEFAULT_JS_STACK},
     };

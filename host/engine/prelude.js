@@ -4,7 +4,8 @@
  *
  * The binding evaluates this script, which yields the installer function below, and calls it
  * with the native hooks (a null-prototype object of C functions) and the cell's configuration
- * ({tools: [{name, description}], stored: {key: "<JSON text>"}, store_load: bool}). The
+ * ({tools: [{name, description}], stored: {key: "<JSON text>"}, store_load: bool,
+ * stored_limit: number}). The
  * installer defines the globals (`store` and `load` only with store_load), removes every global
  * the reference does not allow (section 3.2), and returns the dispatcher through which the
  * binding settles tool calls and fires timers.
@@ -251,7 +252,15 @@
   // ---- stored values ---------------------------------------------------------------------
 
   const storedValues = nullObject();
-  for (const key of ownNames(config.stored)) storedValues[key] = config.stored[key];
+  // The session's limit on its stored values (0: none), in characters of keys and JSON texts
+  // (UTF-16 code units: bytes for ASCII); this cell sees the values as of its start plus its
+  // own writes, and that is what it counts.
+  const storedLimit = config.stored_limit;
+  let storedSize = 0;
+  for (const key of ownNames(config.stored)) {
+    storedValues[key] = config.stored[key];
+    storedSize += key.length + storedValues[key].length;
+  }
 
   function keyText(key, helper) {
     try {
@@ -267,7 +276,16 @@
     if (typeof json !== "string") {
       throw `Unable to store ${debugQuote(name)}. Only plain serializable objects can be stored.`;
     }
+    const previous = hasOwn(storedValues, name) ? name.length + storedValues[name].length : 0;
+    const size = storedSize - previous + name.length + json.length;
+    if (storedLimit && size > storedLimit) {
+      throw (
+        `Unable to store ${debugQuote(name)}. The session's stored values would exceed their` +
+        ` limit of ${storedLimit} bytes.`
+      );
+    }
     storedValues[name] = json;
+    storedSize = size;
     native.store(name, json);
   }
 
@@ -294,13 +312,20 @@
 
   const timers = nullObject();
   let timerCount = 0;
+  // Each pending timer is a task on the host: a cell may not hold an unbounded number of them.
+  const MAX_PENDING_TIMERS = 10000;
+  let pendingTimers = 0;
 
   function setTimeout(callback, delayMs) {
     if (typeof callback !== "function") throw "setTimeout expects a function callback";
     let delay = toNumber(delayMs);
     delay = !isFiniteNumber(delay) || delay <= 0 ? 0 : truncate(delay);
+    if (pendingTimers >= MAX_PENDING_TIMERS) {
+      throw `setTimeout: too many pending timers (the limit is ${MAX_PENDING_TIMERS})`;
+    }
     const id = ++timerCount;
     timers[id] = callback;
+    pendingTimers++;
     native.timerSet(id, delay);
     return id;
   }
@@ -317,6 +342,7 @@
     number = truncate(number);
     if (hasOwn(timers, number)) {
       delete timers[number];
+      pendingTimers--;
       native.timerClear(number);
     }
     return undefined;
@@ -401,6 +427,7 @@
       const callback = timers[id];
       if (callback === undefined) return;
       delete timers[id];
+      pendingTimers--;
       apply(callback, undefined, []);
     }
   };

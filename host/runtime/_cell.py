@@ -132,6 +132,12 @@ class RuntimeCell:
         self._completion_error: str | None = None
         self._claimed = trio.Event()
         self._terminated: Terminated | None = None
+        self._cpu_time_ms = 0.0
+
+    @property
+    def cpu_time_ms(self) -> float:
+        """CPU time the cell's JavaScript used, as of the end of its last turn."""
+        return self._cpu_time_ms
 
     @property
     def held_commands(self) -> int:
@@ -268,7 +274,13 @@ class RuntimeCell:
             )
         items = self._content[:fit]
         del self._content[:fit]
+        self._taken(items)
         return items
+
+    def _taken(self, items: list[ContentItem]) -> None:
+        """The items leave the cell: room under its pending output limit."""
+        if items:
+            self._engine_cell.output_taken(sum(item_bytes(item) for item in items))
 
     def _yielded(self, count: int) -> Yielded:
         return Yielded(cell_id=self.cell_id, content_items=self._take(count))
@@ -279,6 +291,7 @@ class RuntimeCell:
         self._move(LifecycleTrigger.CLAIM)
         self._claimed.set()
         items, self._content = self._content, []
+        self._taken(items)
         return Completed(
             cell_id=self.cell_id, content_items=items, error_text=self._completion_error
         )
@@ -334,6 +347,8 @@ class RuntimeCell:
                     # Interrupted without a termination: the engine is shutting down.
                     self._writes.clear()
                     finished = Finished(Outcome.ERROR, "exec runtime ended unexpectedly")
+                elif finished.outcome is Outcome.CPU_LIMIT:
+                    self._writes.clear()  # cut off, as a termination is: nothing is committed
                 self._move(LifecycleTrigger.JS_FINISHED)
                 error_text = finished.error_text
                 if error_text is not None:
@@ -379,7 +394,8 @@ class RuntimeCell:
             case YieldRequested():
                 if observer is not None and not observer.frontier:
                     self._mark_boundary(observer)
-            case Idle():
+            case Idle(cpu_us=cpu_us):
+                self._cpu_time_ms = cpu_us / 1000
                 if self._frontier.reached(event) and observer is not None:
                     observer.wake.set()
             case TimerStarted(timer_id=timer_id, delay_ms=delay_ms):
@@ -424,6 +440,7 @@ class RuntimeCell:
     async def _finish_terminated(self) -> None:
         await self._calls.wait_idle()
         items, self._content = self._content, []
+        self._taken(items)
         self._terminated = Terminated(cell_id=self.cell_id, content_items=items)
         self._move(LifecycleTrigger.CLEANED_UP)
         self._wake_observer()

@@ -141,8 +141,11 @@ class RuntimeSession:
                 for tool in request.enabled_tools
             ],
             stored_values=self._stored,
-            heap_limit=self._limits.max_heap_size_bytes,
+            heap_limit=self._limits.heap_size_bytes(),
             store_load=self._store_load,
+            cpu_limit_ms=self._limits.max_cpu_time_ms,
+            output_limit=self._limits.pending_output_bytes(),
+            stored_value_limit=self._limits.stored_value_bytes(),
         )
         yield_time_ms = request.yield_time_ms
         if yield_time_ms is None:

@@ -1,0 +1,231 @@
+"""Every limit of a cell contained to that cell, with its exact text (docs/limits.md).
+
+Each test checks the limit's text and that the session (and the host) serves the next cell.
+Both providers run each session-level test; the engine-wide heap budget is tested on an engine.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import trio
+import trio.testing
+from codemode_host.engine import Engine, open_engine
+
+from codemode import (
+    DEFAULT_HEAP_SIZE_BYTES,
+    CellLimits,
+    Completed,
+    InputText,
+    InvalidRequestError,
+    LiveCell,
+    Session,
+    Terminated,
+    WaitRequest,
+    Yielded,
+)
+from tests.conftest import Provider
+from tests.delegates import RecordingDelegate
+from tests.helpers import run_cell
+from tests.sessions import LONG_MS, execute, run, texts, tool
+
+ALLOCATE_FOREVER = "const a = []; while (true) a.push(new Array(100000).fill(1));"
+
+
+async def still_serves(session: Session) -> None:
+    response = await run(session, RecordingDelegate(), 'text("next")')
+    assert texts(response) == ["next"]
+
+
+def failure(response: object) -> str:
+    assert isinstance(response, Completed), response
+    assert response.error_text is not None
+    return response.error_text
+
+
+# ---- heap ----------------------------------------------------------------------------------
+
+
+async def test_the_default_heap_limit_fails_an_unbounded_allocation(session: Session) -> None:
+    with trio.fail_after(60):
+        response = await run(session, RecordingDelegate(), ALLOCATE_FOREVER)
+        await still_serves(session)
+    assert failure(response).startswith(
+        "InternalError: out of memory: exec cell exceeded its heap limit of"
+        f" {DEFAULT_HEAP_SIZE_BYTES} bytes"
+    )
+
+
+async def test_string_and_array_doubling_hit_the_heap_limit(provider: Provider) -> None:
+    session = await provider.create_session(CellLimits(max_heap_size_bytes=32 << 20))
+    doubling = {
+        "string": 'let s = "x"; while (true) s = s + s;',
+        "array": "let a = [1]; while (true) a = a.concat(a);",
+    }
+    with trio.fail_after(60):
+        for source in doubling.values():
+            response = await run(session, RecordingDelegate(), source)
+            # QuickJS may refuse the length before the heap: either ends the cell cleanly.
+            assert failure(response).startswith(
+                ("InternalError: out of memory", "InternalError: string too long")
+            )
+        await still_serves(session)
+
+
+async def test_the_engine_heap_budget_fails_the_cell_that_would_pass_it() -> None:
+    async with open_engine(heap_budget=48 << 20) as engine:
+        with trio.fail_after(60):
+            run = await run_cell(engine, ALLOCATE_FOREVER, heap_limit=1 << 30)
+            assert run.error is not None
+            assert run.error.startswith(
+                "InternalError: out of memory: the code-mode host's heap budget of"
+                f" {48 << 20} bytes is used up"
+            )
+            fresh = await run_cell(engine, 'text("fresh")')
+            assert fresh.texts == ["fresh"]
+
+
+async def test_invalid_limits_are_refused_with_their_names(provider: Provider) -> None:
+    for limits, name in [
+        (CellLimits(max_cpu_time_ms=0), "max_cpu_time_ms must be positive, got 0"),
+        (CellLimits(max_stored_value_bytes=-1), "max_stored_value_bytes must be positive"),
+        (CellLimits(max_pending_output_bytes=61 << 20), "max_pending_output_bytes must be"),
+    ]:
+        with pytest.raises(InvalidRequestError, match=re.escape(name)):
+            await provider.create_session(limits)
+
+
+# ---- CPU time ------------------------------------------------------------------------------
+
+
+async def test_a_cell_past_its_cpu_time_ends_by_itself_without_committing(
+    provider: Provider,
+) -> None:
+    session = await provider.create_session(CellLimits(max_cpu_time_ms=200))
+    delegate = RecordingDelegate()
+    with trio.fail_after(30):
+        started = await execute(session, delegate, 'store("k", 1); while (true) {}')
+        started.release()  # nobody observes it: it ends all the same
+        outcome = await session.wait(WaitRequest(cell_id="1", yield_time_ms=LONG_MS))
+        load = await run(session, RecordingDelegate(), 'text(String(load("k")))')
+    assert isinstance(outcome, LiveCell)
+    assert failure(outcome.response) == "exec cell exceeded its CPU time limit of 200 ms"
+    assert texts(load) == ["undefined"]
+
+
+async def test_cpu_time_adds_up_over_many_short_turns(provider: Provider) -> None:
+    session = await provider.create_session(CellLimits(max_cpu_time_ms=300))
+    source = """
+        while (true) {
+            const until = Date.now() + 20;
+            while (Date.now() < until) {}
+            await new Promise((resolve) => setTimeout(resolve, 0));
+        }
+    """
+    with trio.fail_after(30):
+        response = await run(session, RecordingDelegate(), source)
+    assert failure(response) == "exec cell exceeded its CPU time limit of 300 ms"
+
+
+# ---- pending output ------------------------------------------------------------------------
+
+
+async def test_text_past_the_pending_output_limit_throws_a_catchable_error(
+    provider: Provider,
+) -> None:
+    session = await provider.create_session(CellLimits(max_pending_output_bytes=1000))
+    source = """
+        let printed = 0, error = null;
+        try { while (true) { text("0123456789"); printed++; } } catch (e) { error = e; }
+        yield_control();
+        await tools.echo({});  // held until the response took the output: room again
+        text(`${printed} ${error instanceof Error}`);
+        text("after delivery");
+    """
+    with trio.fail_after(30):
+        started = await execute(session, RecordingDelegate(), source, tools=[tool("echo")])
+        first = await started.initial_response()
+        # Each item counts its text and 64 bytes of framing: 13 fit in 1000 bytes.
+        rest = await session.wait(WaitRequest(cell_id="1", yield_time_ms=LONG_MS))
+        await still_serves(session)
+    assert isinstance(first, Yielded)
+    assert texts(first) == ["0123456789"] * 13
+    assert rest == LiveCell(
+        response=Completed(
+            cell_id="1",
+            content_items=[InputText(text="13 true"), InputText(text="after delivery")],
+        )
+    )
+
+
+async def test_an_output_loop_yields_on_time_and_terminates_at_once(session: Session) -> None:
+    source = 'while (true) { try { text("x"); } catch {} }'
+    with trio.fail_after(30):
+        started = await execute(session, RecordingDelegate(), source, yield_time_ms=100)
+        begun = trio.current_time()
+        first = await started.initial_response()
+        yielded_after = trio.current_time() - begun
+        begun = trio.current_time()
+        outcome = await session.terminate("1")
+        terminated_after = trio.current_time() - begun
+        await still_serves(session)
+    print(f"yielded after {yielded_after:.3f} s, terminated after {terminated_after:.3f} s")
+    assert isinstance(first, Yielded)
+    assert isinstance(outcome, LiveCell)
+    assert isinstance(outcome.response, Terminated)
+
+
+# ---- stored values -------------------------------------------------------------------------
+
+
+async def test_a_store_past_the_stored_value_limit_throws(provider: Provider) -> None:
+    session = await provider.create_session(CellLimits(max_stored_value_bytes=50))
+    with trio.fail_after(30):
+        first = await run(session, RecordingDelegate(), 'store("a", "x".repeat(20))')
+        refused = await run(session, RecordingDelegate(), 'store("b", "y".repeat(40))')
+        replaced = await run(
+            session, RecordingDelegate(), 'store("a", "z".repeat(40)); text(load("a").length)'
+        )
+    assert isinstance(first, Completed)
+    assert first.error_text is None
+    assert failure(refused) == (
+        'Unable to store "b". The session\'s stored values would exceed their limit of 50 bytes.'
+    )
+    assert texts(replaced) == ["40"]  # an overwrite counts the new value, not both
+
+
+# ---- hostile shapes --------------------------------------------------------------------------
+
+
+async def test_deep_recursion_and_deep_json_fail_their_cell(session: Session) -> None:
+    sources = [
+        "function f() { return f() + 1; } f();",
+        'JSON.parse("[".repeat(1e6) + "]".repeat(1e6));',
+        "let o = {}; for (let i = 0; i < 1e6; i++) o = { o }; JSON.stringify(o);",
+    ]
+    with trio.fail_after(60):
+        for source in sources:
+            response = await run(session, RecordingDelegate(), source)
+            assert failure(response)
+        await still_serves(session)
+
+
+async def test_a_set_timeout_storm_is_bounded(session: Session) -> None:
+    source = """
+        let set = 0;
+        try { for (;;) { setTimeout(() => {}, 1e9); set++; } }
+        catch (e) { text(`${set}: ${e}`); }
+    """
+    with trio.fail_after(60):
+        response = await run(session, RecordingDelegate(), source)
+        await still_serves(session)
+    assert texts(response) == ["10000: setTimeout: too many pending timers (the limit is 10000)"]
+
+
+async def test_cpu_time_is_reported_by_the_engine(engine: Engine) -> None:
+    run = await run_cell(
+        engine, "const until = Date.now() + 50; while (Date.now() < until) {}", cpu_limit_ms=10
+    )
+    assert run.error == "exec cell exceeded its CPU time limit of 10 ms"
+    await trio.testing.wait_all_tasks_blocked()
