@@ -96,6 +96,7 @@ class HostLink:
         self._answers: dict[int, tuple[OneShot[HostResult | HostLostError], str]] = {}
         self._initials: dict[int, tuple[OneShot[InitialResult | HostLostError], str]] = {}
         self._executes: dict[int, _Execute] = {}
+        self._orphaned_initials: dict[int, InitialResult] = {}
         self._cells = ClientCells(self._connection, self._flush)
         self._stdout_done = trio.Event()
         self._ended = trio.Event()
@@ -197,6 +198,8 @@ class HostLink:
         failure.__cause__ = cause
         self.failure = failure
         logger.debug("code-mode host connection failed: %s", reason)
+        # Answers the host wrote before it went are still its answers (nothing is lost).
+        self._orphaned_initials = self._connection.held_initials()
         self._connection.connection_lost()
         self._handshake.set(None)  # wakes a handshake in progress
         for slots in (self._answers, self._initials):
@@ -362,6 +365,11 @@ class HostLink:
 
     async def initial_response(self, request_id: int, session_id: str) -> InitialResult:
         """Take and await the initial response of execute `request_id` (cancelled: retired)."""
+        orphaned = self._orphaned_initials.pop(request_id, None)
+        if orphaned is None and (self.failure is not None or not self._connection.is_open):
+            orphaned = self._connection.held_initials().get(request_id)  # it arrived first
+        if orphaned is not None:
+            return orphaned
         self._check()
         self._connection.take_initial(request_id)
         result: InitialResult = await self._answer_of(self._initials, request_id, session_id)

@@ -232,6 +232,17 @@ class CellBook:
         _check_kind(observation, result.value)
         self._answered(observation, LiveCell(response=result.value))
 
+    def held_initials(self) -> dict[int, InitialResult]:
+        """The initial responses that arrived and wait for their `StartedCell` to take them."""
+        held: dict[int, InitialResult] = {}
+        for view in self.cells.values():
+            answer, observation = view.held_answer, view.observer
+            if view.phase is Phase.HELD and answer is not None and observation is not None:
+                held[observation.request_id] = (
+                    answer if isinstance(answer, Err) else Ok(value=answer.response)
+                )
+        return held
+
     def live(self, session_id: str, cell_id: str) -> CellView | None:
         """The view of a cell the host has not closed, or None."""
         view = self.cells.get((session_id, cell_id))

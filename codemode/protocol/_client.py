@@ -172,6 +172,11 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         """True from construction until the connection ended, failed or was rejected."""
         return not self._closed
 
+    def held_initials(self) -> dict[int, InitialResult]:
+        """Initial responses that arrived before their `StartedCell` awaited them, by execute
+        request id: they stay deliverable after the connection is lost."""
+        return self._cells.held_initials()
+
     def connection_lost(self) -> list[tuple[str, str]]:
         """The connection is over (host gone, stream broken, protocol error): forget
         everything. Returns the (session id, cell id) of every cell not yet closed."""
