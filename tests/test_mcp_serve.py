@@ -281,3 +281,34 @@ async def test_serve_refuses_an_open_address_and_reports_a_missing_server() -> N
         assert stderr.startswith("codemode: "), stderr
         assert message in stderr
         assert len(stderr.strip().splitlines()) == 1, stderr
+
+
+def python_blocks(path: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", path.read_text(), re.S)
+
+
+async def test_the_copy_paste_examples_of_docs_mcp_run() -> None:
+    from tests.mcp_servers import everything_command
+
+    toolbox_example, client_example = python_blocks(ROOT / "docs" / "mcp.md")
+    npx = '"npx -y @modelcontextprotocol/server-everything@2026.8.31"'
+    assert npx in toolbox_example
+    # The same server, from the tests' own npm cache instead of npx's.
+    toolbox_example = toolbox_example.replace(npx, repr(everything_command()))
+    client_example = client_example.replace('".venv/bin/codemode"', repr(CODEMODE))
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            outputs: dict[str, str] = {}
+
+            async def run(name: str, code: str) -> None:
+                result = await trio.run_process(
+                    [sys.executable, "-c", code], capture_stdout=True, cwd=ROOT
+                )
+                outputs[name] = result.stdout.decode()
+
+            nursery.start_soon(run, "toolbox", toolbox_example)
+            nursery.start_soon(run, "client", client_example)
+    assert outputs["toolbox"].startswith("Script completed\nWall time ")
+    assert "The sum of 2 and 3 is 5." in outputs["toolbox"]
+    assert outputs["client"].startswith("False Script completed\nWall time ")
+    assert '"sky":' in outputs["client"]

@@ -9,9 +9,9 @@ package without it raises one `ImportError` whose text names the extra; `import 
 imports this package.
 """
 
-from ._sdk import require_sdk
+from ._sdk import require_sdk as _require_sdk
 
-require_sdk()
+_require_sdk()
 
 from ._connection import McpConnectionError as McpConnectionError  # noqa: E402
 from ._servers import McpServer as McpServer  # noqa: E402
