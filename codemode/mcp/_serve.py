@@ -19,6 +19,7 @@ Rules:
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -85,6 +86,7 @@ class _Connection:
         self._by_cell: dict[CellId, Context] = {}
         self._progress: dict[int, float] = {}
         self._latest: Context | None = None
+        self._calls = itertools.count(1)
 
     async def call(self, ctx: Context, name: str, arguments: dict[str, Any]) -> ToolOutput:
         self._latest = ctx
@@ -94,22 +96,27 @@ class _Connection:
             self._service.tools.definitions(),
             namespace_descriptions=self._service.namespace_descriptions,
         )
-        if name == "exec":
-            call_id = f"mcp-{ctx.request_id}"
-            self._by_call[call_id] = ctx
-            try:
-                return await code_mode.call("exec", call_id, arguments)
-            finally:
-                del self._by_call[call_id]
-        cell_id = arguments.get("cell_id")
-        if not isinstance(cell_id, str):
-            return await code_mode.wait(arguments)
-        self._by_cell[cell_id] = ctx
         try:
-            return await code_mode.wait(arguments)
+            if name == "exec":
+                # Our own count, not the request id: clients sharing a session (rule 2) number
+                # their requests independently.
+                call_id = f"mcp-{next(self._calls)}"
+                self._by_call[call_id] = ctx
+                try:
+                    return await code_mode.call("exec", call_id, arguments)
+                finally:
+                    del self._by_call[call_id]
+            cell_id = arguments.get("cell_id")
+            if not isinstance(cell_id, str):
+                return await code_mode.wait(arguments)
+            self._by_cell[cell_id] = ctx
+            try:
+                return await code_mode.wait(arguments)
+            finally:
+                if self._by_cell.get(cell_id) is ctx:
+                    del self._by_cell[cell_id]
         finally:
-            if self._by_cell.get(cell_id) is ctx:
-                del self._by_cell[cell_id]
+            self._progress.pop(id(ctx), None)
 
     # The SessionDelegate of this client's cells: tools go to the service's tool source.
 
