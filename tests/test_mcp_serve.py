@@ -26,6 +26,7 @@ import codemode
 from codemode import CellId, Toolbox
 from codemode.mcp._serve import open_code_mode_service
 from tests.mcp_servers import sdk_server_command
+from tests.sessions import run, texts
 from tests.test_model_images import png_data_url
 from tests.typecheck import ROOT
 
@@ -239,6 +240,35 @@ async def test_http_gives_each_client_its_own_session() -> None:
             assert text_of(mine).endswith("Output:\nfirst")
 
 
+async def test_a_toolbox_reaches_an_http_server_by_url_with_headers(tmp_path: Path) -> None:
+    from codemode.mcp import McpServer, open_mcp_toolbox
+
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret-token")
+    with trio.fail_after(TIMEOUT):
+        async with http_server("--token-file", str(token_file)) as url:
+            upstream = McpServer(url=url, headers={"Authorization": "Bearer s3cret-token"})
+            async with (
+                open_mcp_toolbox({"inner": upstream}) as toolbox,
+                codemode.open_process_provider() as provider,
+            ):
+                assert [d.name for d in toolbox.definitions()] == [
+                    "mcp__inner__exec",
+                    "mcp__inner__wait",
+                ]
+                session = await provider.create_session()
+                response = await run(
+                    session,
+                    toolbox,
+                    'const inner = await tools.mcp__inner__exec({ code: "text(6 * 7)" });\n'
+                    "text(inner.content.map((block) => block.text).join(''));",
+                    tools=toolbox.definitions(),
+                )
+    assert isinstance(response, codemode.Completed)
+    assert response.error_text is None
+    assert texts(response)[0].endswith("Output:\n42")
+
+
 def test_serve_option_mistakes_are_usage_errors(tmp_path: Path) -> None:
     from codemode._cli_inputs import UsageError
     from codemode.mcp._cli import ServeOptions, http_address, read_token, upstream_servers
@@ -300,14 +330,14 @@ async def test_the_copy_paste_examples_of_docs_mcp_run() -> None:
         async with trio.open_nursery() as nursery:
             outputs: dict[str, str] = {}
 
-            async def run(name: str, code: str) -> None:
+            async def run_example(name: str, code: str) -> None:
                 result = await trio.run_process(
                     [sys.executable, "-c", code], capture_stdout=True, cwd=ROOT
                 )
                 outputs[name] = result.stdout.decode()
 
-            nursery.start_soon(run, "toolbox", toolbox_example)
-            nursery.start_soon(run, "client", client_example)
+            nursery.start_soon(run_example, "toolbox", toolbox_example)
+            nursery.start_soon(run_example, "client", client_example)
     assert outputs["toolbox"].startswith("Script completed\nWall time ")
     assert "The sum of 2 and 3 is 5." in outputs["toolbox"]
     assert outputs["client"].startswith("False Script completed\nWall time ")

@@ -205,7 +205,7 @@ class ServerLink:
                 async for _event in subscription:
                     self._relist.set()
         except Exception as error:  # changes go unseen; calls still work
-            logger.warning("MCP server %s: no tool-change stream: %s", self.name, error)
+            logger.info("MCP server %s: tool-change stream ended: %s", self.name, error)
 
     def _drop(self, client: Client) -> None:
         if self._client is client:
