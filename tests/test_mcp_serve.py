@@ -13,6 +13,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import mcp_types as types
@@ -124,6 +125,39 @@ async def test_stdio_exec_and_wait_with_python_and_upstream_mcp_tools() -> None:
             unknown = await client.call_tool("wait", {"cell_id": "99"})
             assert unknown.is_error is True
             assert "exec cell 99 not found" in text_of(unknown)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_upstream_tool_changes_reach_the_client(mode: str) -> None:
+    server = stdio("--server", "test=" + " ".join(sdk_server_command()))
+    changed = trio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            changed.set()
+
+    async def listen(client: Client, *, task_status: trio.TaskStatus[None]) -> None:
+        async with client.listen(tools_list_changed=True) as subscription:
+            task_status.started()  # acknowledged by the server: no change can slip past
+            async for _ in subscription:
+                changed.set()
+
+    with trio.fail_after(TIMEOUT):
+        async with (
+            Client(server, mode=mode, message_handler=on_message) as client,
+            trio.open_nursery() as nursery,
+        ):
+            # A 2026-07-28 client (what "auto" gets from an SDK server) listens for changes;
+            # a handshake-era one is sent `notifications/tools/list_changed`.
+            if mode == "auto":
+                await nursery.start(listen, client)
+            before = (await client.list_tools(cache_mode="refresh")).tools[0].description or ""
+            assert "mcp__test__extra" not in before
+            await client.call_tool("exec", {"code": "await tools.mcp__test__add_tool({})"})
+            await changed.wait()
+            after = (await client.list_tools(cache_mode="refresh")).tools[0].description or ""
+            assert "### `mcp__test__extra`" in after
+            nursery.cancel_scope.cancel()
 
 
 async def test_shutting_the_service_down_terminates_its_cells() -> None:

@@ -227,7 +227,7 @@ async def test_a_server_that_dies_is_reported_and_restarted_on_next_use(
     assert isinstance(response, Completed)
     assert response.error_text is None
     assert texts(response) == [
-        "MCP server test closed the connection during exit (did it exit?); "
+        "MCP server test closed the connection before answering exit (did it exit?); "
         "it is started again on the next call",
         "restarted",
     ]

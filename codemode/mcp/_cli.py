@@ -5,9 +5,10 @@ Rules:
    (joined with `combine`); a server name given twice is a usage error.
 2. On stdio, standard output carries MCP only (the SDK points file descriptor 1 at standard
    error while it serves); the server ends when the client closes standard input.
-3. With `--http`, the one line `codemode: serving MCP on <url>` goes to standard error once
+3. When an upstream server's tools change, the clients are told (`CodeModeService.tools_changed`).
+4. With `--http`, the one line `codemode: serving MCP on <url>` goes to standard error once
    the socket listens; SIGINT or SIGTERM stops the server (both on stdio too).
-4. On every way out, each client's session is shut down (its cells terminated), then the
+5. On every way out, each client's session is shut down (its cells terminated), then the
    upstream MCP servers and the host process.
 """
 
@@ -119,6 +120,12 @@ async def _serve_stdio(service: CodeModeService) -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
+async def _forward_changes(upstream: McpToolbox, service: CodeModeService) -> None:
+    while True:
+        await upstream.wait_definitions_changed()
+        await service.tools_changed()
+
+
 async def _stop_on_signal(scope: trio.CancelScope) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for _ in signals:
@@ -163,6 +170,8 @@ async def serve_main(options: ServeOptions) -> int:
                 trio.open_nursery() as nursery,
             ):
                 nursery.start_soon(_stop_on_signal, nursery.cancel_scope)
+                if upstream is not None:
+                    nursery.start_soon(_forward_changes, upstream, service)
                 if address is None:
                     await _serve_stdio(service)
                 else:

@@ -229,9 +229,10 @@ class ServerLink:
         except MCPError as error:
             if error.code == mcp_types.CONNECTION_CLOSED:
                 self._drop(client)
+                again = "reconnected" if self.server.url is not None else "started again"
                 raise ToolError(
-                    f"MCP server {self.name} closed the connection during {tool} (did it exit?); "
-                    "it is started again on the next call"
+                    f"MCP server {self.name} closed the connection before answering {tool} "
+                    f"(did it exit?); it is {again} on the next call"
                 ) from error
             raise ToolError(
                 f"MCP server {self.name} refused {tool}: {error.error.message}"

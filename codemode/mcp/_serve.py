@@ -15,6 +15,9 @@ Rules:
    request in flight it goes to the connection's standalone channel, where there is one.
 5. Closing the service shuts every session down, which terminates their cells (shielded,
    bounded by `SHUTDOWN_TIMEOUT`).
+6. `tools_changed()` tells the clients that `exec`'s description changed: a
+   `subscriptions/listen` event for 2026-07-28 clients, a `notifications/tools/list_changed` on
+   each handshake-era connection.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import mcp_types as types
 import trio
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .._api import CellId, InputText, JsonValue, NestedToolCall, Session
 from .._combine import ToolSource
@@ -151,6 +156,15 @@ class _Connection:
     def cell_closed(self, cell_id: CellId) -> None:
         self._service.tools.cell_closed(cell_id)
 
+    async def tools_changed(self) -> None:
+        latest = self._latest
+        if latest is None or latest.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return  # a 2026-07-28 client hears of it on its listen stream, if it has one
+        try:
+            await latest.session.send_tool_list_changed()
+        except Exception as error:  # the client left
+            logger.info("tools/list_changed not delivered: %s", error)
+
 
 class CodeModeService:
     """`exec` and `wait` for the MCP clients of one server (see the module's rules).
@@ -173,6 +187,8 @@ class CodeModeService:
         self._connections: dict[str, _Connection] = {}
         self._lock = trio.Lock()
         self._closed = False
+        self._bus = InMemorySubscriptionBus()
+        self._listeners = ListenHandler(self._bus)
 
     def server(self) -> Server[Any]:
         """A low-level MCP server serving this service (stdio, HTTP or in memory)."""
@@ -181,7 +197,14 @@ class CodeModeService:
             instructions=INSTRUCTIONS,
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
+            on_subscriptions_listen=self._listeners,
         )
+
+    async def tools_changed(self) -> None:
+        """Tell every client that the tools (so `exec`'s description) changed (rule 6)."""
+        await self._bus.publish(ToolsListChanged())
+        for connection in list(self._connections.values()):
+            await connection.tools_changed()
 
     async def _list_tools(
         self, ctx: Context, params: types.PaginatedRequestParams | None
@@ -225,6 +248,7 @@ class CodeModeService:
     async def aclose(self) -> None:
         """Shut every client's session down, terminating its cells (rule 5)."""
         self._closed = True
+        self._listeners.close()
         connections, self._connections = list(self._connections.values()), {}
         with trio.CancelScope(shield=True), trio.move_on_after(SHUTDOWN_TIMEOUT):
             async with trio.open_nursery() as nursery:
