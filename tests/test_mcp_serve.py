@@ -32,6 +32,11 @@ from tests.test_model_images import png_data_url
 from tests.typecheck import ROOT
 
 TIMEOUT = 60
+
+# The SDK's HTTP client in the handshake era leaves the async generators of its standing GET
+# stream (httpx2's SSE iterators) to the garbage collector when it closes, which trio reports as
+# a ResourceWarning: the client's leak, not the server's.
+SDK_HTTP_CLIENT_LEAK = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 CODEMODE = str(Path(sys.executable).with_name("codemode"))
 
 
@@ -256,10 +261,7 @@ async def test_http_needs_the_token_and_checks_the_origin(tmp_path: Path) -> Non
                 assert evil.status_code == 403
 
 
-# The SDK's HTTP client in the handshake era leaves the async generators of its standing GET
-# stream (httpx2's SSE iterators) to the garbage collector when it closes, which trio reports as
-# a ResourceWarning: the client's leak, not the server's.
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@SDK_HTTP_CLIENT_LEAK
 async def test_http_gives_each_client_its_own_session() -> None:
     with trio.fail_after(TIMEOUT):
         async with (
@@ -301,6 +303,43 @@ async def test_a_toolbox_reaches_an_http_server_by_url_with_headers(tmp_path: Pa
     assert isinstance(response, codemode.Completed)
     assert response.error_text is None
     assert texts(response)[0].endswith("Output:\n42")
+
+
+@SDK_HTTP_CLIENT_LEAK
+async def test_an_http_client_that_leaves_ends_its_session() -> None:
+    from codemode.mcp._http import serve_http
+
+    closed = trio.Event()
+    started = trio.Event()
+
+    class Recording(Toolbox):
+        def cell_closed(self, cell_id: CellId) -> None:
+            closed.set()
+
+    tools = Recording()
+
+    @tools.tool
+    async def hang() -> None:
+        """Blocks until cancelled."""
+        started.set()
+        await trio.sleep_forever()
+
+    with trio.fail_after(TIMEOUT):
+        async with (
+            codemode.open_in_process_provider() as provider,
+            open_code_mode_service(provider, tools) as service,
+            trio.open_nursery() as nursery,
+        ):
+            url = await nursery.start(serve_http, service, "127.0.0.1", 0)
+            # A handshake-era client has an `mcp-session-id`; closing, it DELETEs the session.
+            async with Client(url, mode="legacy") as client:
+                code = '// @exec: {"yield_time_ms": 0}\nawait tools.hang();'
+                running = await client.call_tool("exec", {"code": code})
+                assert "Script running with cell ID" in text_of(running)
+                await started.wait()
+                assert not closed.is_set()
+            await closed.wait()
+            nursery.cancel_scope.cancel()
 
 
 def test_serve_option_mistakes_are_usage_errors(tmp_path: Path) -> None:

@@ -5,7 +5,9 @@ Rules:
 2. DNS rebinding: the `Host` header must name the address served (any port for a loopback
    address) and an `Origin` header, when a browser sends one, must be an `http(s)://` origin of
    that host; anything else gets 403 (the SDK's transport-security check).
-3. With a token, every request must carry `Authorization: Bearer <token>` (compared in constant
+3. A client's `DELETE` of its MCP session (which the SDK's client sends when it closes) that
+   succeeds ends its code-mode session too.
+4. With a token, every request must carry `Authorization: Bearer <token>` (compared in constant
    time) or gets 401 before it reaches MCP. A non-loopback address is refused without a token:
    anyone who can reach the port could otherwise run code and call the tools.
 """
@@ -57,8 +59,33 @@ def security_settings(host: str) -> TransportSecuritySettings:
     )
 
 
+class SessionEnd:
+    """ASGI middleware: a successful `DELETE` of an MCP session ends its code-mode session."""
+
+    def __init__(self, app: App, service: CodeModeService) -> None:
+        self._app = app
+        self._service = service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") != "DELETE":
+            await self._app(scope, receive, send)
+            return
+        session_id = dict(scope.get("headers") or []).get(b"mcp-session-id", b"").decode()
+        status = 0
+
+        async def watch(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        await self._app(scope, receive, watch)
+        if session_id and 200 <= status < 300:
+            await self._service.end_connection(session_id)
+
+
 class BearerToken:
-    """ASGI middleware: HTTP requests without the right bearer token get 401 (rule 3)."""
+    """ASGI middleware: HTTP requests without the right bearer token get 401 (rule 4)."""
 
     def __init__(self, app: App, token: str) -> None:
         self._app = app
@@ -113,6 +140,7 @@ async def serve_http(
     app: Any = server.streamable_http_app(
         streamable_http_path=PATH, host=host, transport_security=security_settings(host)
     )
+    app = SessionEnd(app, service)
     if token is not None:
         app = BearerToken(app, token)
     config = Config()

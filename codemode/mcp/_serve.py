@@ -5,8 +5,9 @@ Rules:
    parameters), with the descriptions of the model layer; `exec`'s lists the enabled tools (the
    upstream MCP servers' and the Python ones), read again at every listing.
 2. Each MCP client connection gets its own code-mode session, made on its first call: on stdio
-   the one client of the process; over HTTP each `mcp-session-id`. A 2026-07-28 client has no
-   connection (the revision is sessionless), so those clients share one session.
+   the one client of the process; over HTTP each `mcp-session-id`, shut down when the client
+   ends its MCP session (`end_connection`). A 2026-07-28 client has no connection (the
+   revision is sessionless), so those clients share one session.
 3. A tool result is the `ToolOutput` as MCP content: text and image blocks, `isError` = not
    success. Errors the model can act on are results, never JSON-RPC errors.
 4. A cell's `notify(text)` becomes a `notifications/message` (level `info`, logger
@@ -244,6 +245,14 @@ class CodeModeService:
                 session = await self._provider.create_session()
                 connection = self._connections[key] = _Connection(self, session)
             return connection
+
+    async def end_connection(self, key: str) -> None:
+        """The client of `key` (an `mcp-session-id`) left: shut its session down."""
+        async with self._lock:
+            connection = self._connections.pop(key, None)
+        if connection is not None:
+            with trio.CancelScope(shield=True), trio.move_on_after(SHUTDOWN_TIMEOUT):
+                await _shutdown(connection.session)
 
     async def aclose(self) -> None:
         """Shut every client's session down, terminating its cells (rule 5)."""
