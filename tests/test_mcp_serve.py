@@ -390,14 +390,12 @@ def python_blocks(path: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", path.read_text(), re.S)
 
 
-async def test_the_copy_paste_examples_of_docs_mcp_run() -> None:
-    from tests.mcp_servers import everything_command
-
+async def test_the_copy_paste_examples_of_docs_mcp_run(everything: list[str]) -> None:
     toolbox_example, client_example = python_blocks(ROOT / "docs" / "mcp.md")
     npx = '"npx -y @modelcontextprotocol/server-everything@2026.8.31"'
     assert npx in toolbox_example
     # The same server, from the tests' own npm cache instead of npx's.
-    toolbox_example = toolbox_example.replace(npx, repr(everything_command()))
+    toolbox_example = toolbox_example.replace(npx, repr(everything))
     client_example = client_example.replace('".venv/bin/codemode"', repr(CODEMODE))
     with trio.fail_after(TIMEOUT):
         async with trio.open_nursery() as nursery:

@@ -29,7 +29,7 @@ from codemode import (
 )
 from codemode.mcp import McpConnectionError, McpServer, open_mcp_toolbox
 from codemode.model import exec_description
-from tests.mcp_servers import everything_command, sdk_server_command
+from tests.mcp_servers import sdk_server_command
 from tests.sessions import execute, run, texts
 
 TIMEOUT = 60
@@ -47,9 +47,11 @@ def results(response: Completed) -> list[Any]:
     return [json.loads(text) for text in texts(response)]
 
 
-async def test_server_everything_tools_are_typed_calls_in_cells(session: Session) -> None:
+async def test_server_everything_tools_are_typed_calls_in_cells(
+    session: Session, everything: list[str]
+) -> None:
     with trio.fail_after(TIMEOUT):
-        async with open_mcp_toolbox({"everything": everything_command()}) as toolbox:
+        async with open_mcp_toolbox({"everything": everything}) as toolbox:
             tools = toolbox.definitions()
             by_name = {tool.name: tool for tool in tools}
             for name in ("echo", "get-sum", "get-structured-content", "get-tiny-image"):
@@ -93,9 +95,11 @@ async def test_server_everything_tools_are_typed_calls_in_cells(session: Session
     assert set(weather) == {"temperature", "conditions", "humidity"}
 
 
-async def test_image_takes_an_mcp_image_block_of_a_real_result(session: Session) -> None:
+async def test_image_takes_an_mcp_image_block_of_a_real_result(
+    session: Session, everything: list[str]
+) -> None:
     with trio.fail_after(TIMEOUT):
-        async with open_mcp_toolbox({"everything": everything_command()}) as toolbox:
+        async with open_mcp_toolbox({"everything": everything}) as toolbox:
             response = await run(
                 session,
                 toolbox,
@@ -117,10 +121,10 @@ async def test_image_takes_an_mcp_image_block_of_a_real_result(session: Session)
 
 
 async def test_a_long_running_operation_runs_and_its_cell_can_be_terminated(
-    session: Session,
+    session: Session, everything: list[str]
 ) -> None:
     with trio.fail_after(TIMEOUT):
-        async with open_mcp_toolbox({"everything": everything_command()}) as toolbox:
+        async with open_mcp_toolbox({"everything": everything}) as toolbox:
             tools = toolbox.definitions()
             response = await run(
                 session,
