@@ -1,9 +1,10 @@
 """The MCP servers the MCP tests talk to: the npm `server-everything` and our small SDK server.
 
-`everything_command()` (the `everything` fixture of conftest.py) installs `@modelcontextprotocol/server-everything` (pinned) with npm into
-a cache folder outside the repository on first use (`$CODEMODE_TEST_CACHE`, default
-`~/.cache/codemode-tests`). Without `node` or `npm` the calling test is skipped, with the reason;
-when npm is there but the install fails, the test fails.
+`everything_command()` (the `everything` fixture of conftest.py) installs
+`@modelcontextprotocol/server-everything` (pinned) with npm into a cache folder outside the
+repository on first use (`$CODEMODE_TEST_CACHE`, default `~/.cache/codemode-tests`). Without
+`node` or `npm` the calling test is skipped, with the reason; when npm is there but the install
+fails, the test fails.
 """
 
 from __future__ import annotations
