@@ -45,10 +45,12 @@ def bench(session: nox.Session) -> None:
 
 
 def _lower_bounds() -> list[str]:
-    """The runtime dependencies of pyproject.toml pinned to their lower bounds."""
+    """The runtime dependencies of pyproject.toml, and those of its `mcp` extra (which the dev
+    extra installs), pinned to their lower bounds."""
     project = tomllib.loads(Path("pyproject.toml").read_text())["project"]
     pins = []
-    for requirement in project["dependencies"]:
+    requirements = project["dependencies"] + project["optional-dependencies"]["mcp"]
+    for requirement in requirements:
         name, _, bound = requirement.partition(">=")
         if not bound:
             raise ValueError(f"runtime dependency without a lower bound: {requirement}")

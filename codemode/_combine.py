@@ -4,9 +4,12 @@ A *tool source* is anything with `definitions()` and the `SessionDelegate` metho
 `Toolbox`, an MCP toolbox, another combination.
 
 Rules:
-1. The definitions are read once, when the sources are combined: a name (or JavaScript
+1. The definitions are checked when the sources are combined: a name (or JavaScript
    identifier, or routing name) taken twice is an error then, not at the first call.
-2. `invoke_tool` goes to the one source that defined `call.tool_name`.
+2. `definitions()` and the routing read the sources again at each use, so a source whose tools
+   change (an MCP server's `tools/list_changed`) is seen as it is now; a tool that clashes with
+   an earlier source's is then left out. `invoke_tool` goes to the first source that defines
+   `call.tool_name`.
 3. `notify` and `cell_closed` go to every source: a cell is not bound to one of them.
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from ._api import CellId, JsonValue, NestedToolCall, SessionDelegate, ToolDefinition, ToolName
+from ._identifiers import normalize_identifier
 from ._toolbox import check_unique
 from .errors import ToolError
 
@@ -33,17 +37,25 @@ class CombinedTools:
 
     def __init__(self, sources: tuple[ToolSource, ...]) -> None:
         self._sources = sources
-        self._definitions = [d for source in sources for d in source.definitions()]
-        check_unique(self._definitions)
-        self._routes: dict[ToolName, ToolSource] = {
-            definition.tool_name: source
-            for source in sources
-            for definition in source.definitions()
-        }
+        check_unique([d for source in sources for d in source.definitions()])
 
     def definitions(self) -> list[ToolDefinition]:
         """Every source's definitions, in the order the sources were given."""
-        return list(self._definitions)
+        return [definition for definition, _ in self._current()]
+
+    def _current(self) -> list[tuple[ToolDefinition, ToolSource]]:
+        identifiers: set[str] = set()
+        routes: set[ToolName] = set()
+        current = []
+        for source in self._sources:
+            for definition in source.definitions():
+                identifier = normalize_identifier(definition.name)
+                if identifier in identifiers or definition.tool_name in routes:
+                    continue  # rule 2: only a source that changed later can get here
+                identifiers.add(identifier)
+                routes.add(definition.tool_name)
+                current.append((definition, source))
+        return current
 
     async def invoke_tool(self, call: NestedToolCall) -> JsonValue:
         """Run the call on the source that defined its tool.
@@ -51,7 +63,8 @@ class CombinedTools:
         Raises:
             ToolError: as the source raises it, or when no source defined the tool.
         """
-        source = self._routes.get(call.tool_name)
+        routes = {definition.tool_name: source for definition, source in self._current()}
+        source = routes.get(call.tool_name)
         if source is None:
             raise ToolError(f"tool {call.tool_name.name} is not in these toolboxes")
         return await source.invoke_tool(call)

@@ -3,6 +3,8 @@
     codemode run FILE.js [--tools MODULE:ATTR]... [--yield-time-ms N] [--max-tokens N]
                          [--in-process]
     codemode describe [--tools MODULE:ATTR]... [--json [--api openai|anthropic]]
+    codemode mcp serve [--server NAME=COMMAND_OR_URL]... [--config FILE] [--tools MODULE:ATTR]...
+                       [--http HOST:PORT [--token-file FILE]] [--in-process]
 
 Exit status: 0 the cell completed, 1 it failed, 2 a usage error, 3 it was terminated (SIGTERM
 terminates it), 130 interrupted (Ctrl-C terminates it too).
@@ -20,6 +22,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from ._cli_inputs import UsageError, load_tools, read_source
 
@@ -95,7 +98,57 @@ def _parser() -> argparse.ArgumentParser:
         choices=["openai", "anthropic"],
         help="the model API of the JSON specs (with --json; default openai)",
     )
+    _mcp_parser(commands, tools_help)
     return parser
+
+
+def _mcp_parser(commands: Any, tools_help: str) -> None:
+    mcp = commands.add_parser(
+        "mcp",
+        help="MCP: serve code mode to MCP clients",
+        description="Model Context Protocol commands (need: pip install 'codemode[mcp]').",
+    )
+    mcp_commands = mcp.add_subparsers(dest="mcp_command", required=True, metavar="COMMAND")
+    serve = mcp_commands.add_parser(
+        "serve",
+        help="an MCP server exposing code mode's exec and wait tools",
+        description=(
+            "Serve code mode as an MCP server with two tools, exec and wait, over stdio (or "
+            "streamable HTTP with --http). Cells may call the --tools toolboxes and the tools "
+            "of the MCP servers given with --server and --config."
+        ),
+    )
+    serve.add_argument(
+        "--server",
+        action="append",
+        default=[],
+        metavar="NAME=COMMAND_OR_URL",
+        help=(
+            "an MCP server whose tools the cells get as tools.mcp__NAME__*: a command, split "
+            "like a shell would, or an http(s):// URL of a streamable HTTP server; repeatable"
+        ),
+    )
+    serve.add_argument(
+        "--config", metavar="FILE", help='MCP servers from a JSON file of {"mcpServers": {...}}'
+    )
+    serve.add_argument(
+        "--tools", action="append", default=[], metavar="MODULE:ATTR", help=tools_help
+    )
+    serve.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio (port 0: any)",
+    )
+    serve.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="require 'Authorization: Bearer <the file's token>' (needed off loopback)",
+    )
+    serve.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run the cells in this process instead of a host process",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -112,12 +165,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if arguments.command == "describe":
             return _describe(arguments)
+        if arguments.command == "mcp":
+            return _mcp_serve(arguments)
         return _run(arguments)
     except UsageError as error:
         print(f"codemode: {error}", file=sys.stderr)
         return USAGE_ERROR
     except KeyboardInterrupt:  # before the cell started (importing the tools, say)
         return INTERRUPTED
+
+
+def _mcp_serve(arguments: argparse.Namespace) -> int:
+    try:
+        from .mcp._cli import ServeOptions, run
+    except ImportError as error:
+        from .mcp._sdk import MISSING_SDK
+
+        if str(error) != MISSING_SDK:
+            raise
+        raise UsageError(MISSING_SDK) from error
+    options = ServeOptions(
+        servers=arguments.server,
+        config=arguments.config,
+        tools=arguments.tools,
+        http=arguments.http,
+        token_file=arguments.token_file,
+        in_process=arguments.in_process,
+    )
+    return run(options)
 
 
 def _describe(arguments: argparse.Namespace) -> int:

@@ -131,3 +131,12 @@ async def session(provider: Provider) -> Session:
 @pytest.fixture
 def delegate() -> RecordingDelegate:
     return RecordingDelegate()
+
+
+@pytest.fixture(scope="session")
+def everything() -> list[str]:
+    """The argv of the npm `server-everything` on stdio, installed on first use (a plain fixture,
+    so that a skip for a missing node or npm keeps its reason: tests/mcp_servers.py)."""
+    from tests.mcp_servers import everything_command
+
+    return everything_command()

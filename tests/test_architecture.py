@@ -71,6 +71,45 @@ def test_only_the_in_process_provider_imports_the_host() -> None:
         assert not _ours(names, "codemode_host"), path
 
 
+MCP_MAY_IMPORT = (
+    "codemode._api",
+    "codemode.errors",
+    "codemode.model",
+    "codemode._toolbox",
+    "codemode._combine",
+    "codemode._identifiers",
+    "codemode._trio",
+    "codemode._cli_inputs",
+)
+
+
+def test_the_mcp_package_imports_only_its_documented_layers() -> None:
+    for path, _, names in _modules("codemode/mcp", "codemode.mcp"):
+        for name in _ours(names, "codemode"):
+            if name.startswith("codemode.mcp"):
+                continue
+            front_door = name.count(".") == 1 and not name.split(".")[1].startswith("_")
+            front_door = front_door and name.split(".")[1] not in {
+                "process",
+                "inprocess",
+                "protocol",
+            }
+            if name == "codemode" or front_door:
+                continue  # a name of the front door (`from .. import open_process_provider`)
+            allowed = any(name == a or name.startswith(a + ".") for a in MCP_MAY_IMPORT)
+            assert allowed, (path, name)
+            assert not name.startswith("codemode.model._"), (path, name)  # its front door only
+        assert not _ours(names, "codemode_host"), path
+
+
+def test_only_the_cli_imports_the_optional_mcp_package() -> None:
+    for path, _, names in _modules("codemode", "codemode"):
+        if "mcp" in path.relative_to(ROOT / "codemode").parts or path.name == "cli.py":
+            continue
+        assert not _ours(names, "codemode.mcp"), path
+        assert not _ours(names, "mcp"), path
+
+
 def test_the_host_imports_only_the_front_door_the_protocol_and_the_trio_helpers() -> None:
     allowed = ("codemode.errors", "codemode.protocol", "codemode._trio")
     for path, owner, names in _modules("host", "codemode_host"):

@@ -15,7 +15,7 @@ def test_all_is_complete() -> None:
     # Every exported name resolves (the in-process provider is imported on first use).
     for name in codemode.__all__:
         assert getattr(codemode, name) is not None
-    modules = {"inprocess", "errors", "model", "process", "protocol", "TYPE_CHECKING"}
+    modules = {"inprocess", "errors", "model", "process", "protocol", "mcp", "TYPE_CHECKING"}
     assert public - modules <= set(codemode.__all__)
 
 
@@ -66,3 +66,12 @@ def test_model_layer_loads_trio_only_for_code_mode() -> None:
     )
     assert result.stdout.split() == ["False", "True", "False"]
     assert issubclass(codemode.PragmaError, codemode.CodeModeError)
+
+
+def test_mcp_package_exports() -> None:
+    import codemode.mcp
+
+    public = {name for name in dir(codemode.mcp) if not name.startswith("_")}
+    assert sorted(codemode.mcp.__all__) == codemode.mcp.__all__
+    assert set(codemode.mcp.__all__) == public - {"annotations"}
+    assert "open_mcp_toolbox" in codemode.mcp.__all__
