@@ -6,7 +6,9 @@ private.
 
 from typing import TYPE_CHECKING
 
+from ._api import AdmissionLimits as AdmissionLimits
 from ._api import CellId as CellId
+from ._api import CellInfo as CellInfo
 from ._api import CellLimits as CellLimits
 from ._api import Completed as Completed
 from ._api import ContentItem as ContentItem
@@ -49,8 +51,10 @@ from .protocol import MAX_FRAME_BYTES as MAX_FRAME_BYTES
 __all__ = [
     "MAX_FRAME_BYTES",
     "AdmissionError",
+    "AdmissionLimits",
     "AlreadyTerminatingError",
     "CellId",
+    "CellInfo",
     "CellLimits",
     "CodeMode",
     "CodeModeError",
