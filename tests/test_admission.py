@@ -9,10 +9,13 @@ on events.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -54,6 +57,7 @@ from tests.delegates import RecordingDelegate
 from tests.protocol_pair import Pair
 from tests.sessions import LONG_MS, execute, run, texts, tool
 from tests.test_host import RawClient, handshake
+from tests.test_seed_stdio import host_proxy
 
 KINDS = ["in-process", "process"]
 SPIN = "while (true) {}"
@@ -251,6 +255,27 @@ async def test_the_inventory_names_each_phase(kind: str) -> None:
             outcome = await session.terminate(spinner.cell_id)
             assert isinstance(outcome, LiveCell)
             assert [c.cell_id for c in await session.cells()] == [done.cell_id]
+            await session.shutdown()
+
+
+async def test_the_inventory_of_a_new_host_generation_has_public_ids(tmp_path: Path) -> None:
+    proxy, pid_path = host_proxy(tmp_path)
+    delegate = RecordingDelegate()
+    async with codemode.open_process_provider([str(proxy)]) as provider:
+        session = await provider.create_session()
+        with trio.fail_after(20):
+            await run(session, delegate, "1")
+            old_pid = int(pid_path.read_text())
+            os.kill(old_pid, signal.SIGKILL)
+            # The first operations may still see the dead host; one of them spawns the next.
+            while int(pid_path.read_text()) == old_pid:
+                with contextlib.suppress(codemode.CodeModeError):
+                    await run(session, delegate, "1")
+            spinner = await execute(session, delegate, SPIN)
+            spinner.release()
+            assert spinner.cell_id.startswith("g2:")
+            assert [c.cell_id for c in await session.cells()] == [spinner.cell_id]
+            await session.terminate(spinner.cell_id)
             await session.shutdown()
 
 
