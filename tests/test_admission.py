@@ -87,6 +87,10 @@ async def until_cells(session: Session, holds: Callable[[list[CellInfo]], bool])
     return cells
 
 
+def all_completed(count: int) -> Callable[[list[CellInfo]], bool]:
+    return lambda cells: [c.phase for c in cells] == ["completed"] * count
+
+
 # ---- active cells ------------------------------------------------------------------------------
 
 
@@ -165,9 +169,8 @@ async def test_uncollected_results_hold_no_slot_and_are_bounded_per_session(kind
                 started = await execute(session, delegate, f"text('result {n}')", yield_time_ms=0)
                 assert isinstance(await started.initial_response(), Yielded)
                 cells.append(started.cell_id)
-            listed = await until_cells(
-                session, lambda cells: [c.phase for c in cells] == ["completed"] * 3
-            )
+                # Each completes before the next starts: none holds an active slot then.
+                listed = await until_cells(session, all_completed(len(cells)))
             assert [c.cell_id for c in listed] == cells
             # Three results wait, more than the two active-cell slots: they hold none.
             assert texts(await run(other, delegate, "text('other')")) == ["other"]
