@@ -10,7 +10,9 @@ from ._api import DEFAULT_HEAP_SIZE_BYTES as DEFAULT_HEAP_SIZE_BYTES
 from ._api import DEFAULT_PENDING_OUTPUT_BYTES as DEFAULT_PENDING_OUTPUT_BYTES
 from ._api import DEFAULT_STORED_VALUE_BYTES as DEFAULT_STORED_VALUE_BYTES
 from ._api import MAX_PENDING_OUTPUT_BYTES as MAX_PENDING_OUTPUT_BYTES
+from ._api import AdmissionLimits as AdmissionLimits
 from ._api import CellId as CellId
+from ._api import CellInfo as CellInfo
 from ._api import CellLimits as CellLimits
 from ._api import Completed as Completed
 from ._api import ContentItem as ContentItem
@@ -57,8 +59,10 @@ __all__ = [
     "MAX_FRAME_BYTES",
     "MAX_PENDING_OUTPUT_BYTES",
     "AdmissionError",
+    "AdmissionLimits",
     "AlreadyTerminatingError",
     "CellId",
+    "CellInfo",
     "CellLimits",
     "CodeMode",
     "CodeModeError",

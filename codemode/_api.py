@@ -343,6 +343,56 @@ class CellLimits(_Value, frozen=True):
         return self
 
 
+class AdmissionLimits(_Value, frozen=True):
+    """How much work one host connection (or one in-process provider) takes at once; past a
+    bound the work is refused with an `AdmissionError` (`docs/limits-admission.md`).
+
+    Parameters:
+        max_requests_in_flight: requests a host connection serves at once (a wire notion:
+            the in-process provider has none).
+        max_active_cells: cells running, draining or terminating at once, every session
+            together; a completed cell whose result nobody collected holds no slot.
+        max_pending_delegate_calls: tool calls and notifications in flight at once; a call
+            past it rejects its JavaScript promise at once and never reaches the delegate.
+        max_uncollected_results: completed cells of one session whose result nobody
+            collected; past it, that session's executes are refused until one is collected.
+    """
+
+    max_requests_in_flight: int = 256
+    max_active_cells: int = 128
+    max_pending_delegate_calls: int = 1024
+    max_uncollected_results: int = 64
+
+    def __post_init__(self) -> None:
+        for name in self.__struct_fields__:
+            if getattr(self, name) < 1:
+                raise InvalidRequestError(
+                    f"invalid code-mode admission limits: {name} must be at least 1"
+                )
+
+
+class CellInfo(_Value, frozen=True):
+    """One live cell of a session, as `Session.cells()` reports it (for capacity).
+
+    Parameters:
+        cell_id: its id, as the session's other operations take it.
+        phase: its lifecycle state (`codemode_host.runtime.LIFECYCLE`): `running`,
+            `draining notifications`, `completed` (its result waits to be collected),
+            `completed, claimed`, `terminating` or `terminated`.
+        age_s: seconds since it was admitted.
+        pending_tool_calls: its tool calls not answered yet.
+        buffered_output_bytes: the size of its output no observation took yet.
+        cpu_time_ms: the CPU time its JavaScript used so far, as the engine reports it.
+    """
+
+    cell_id: CellId
+    phase: str
+    age_s: float
+    pending_tool_calls: int
+    buffered_output_bytes: int
+    cpu_time_ms: float
+
+
 class SessionDelegate(Protocol):
     """What the application provides to a session's cells.
 
@@ -481,4 +531,8 @@ class Session(Protocol):
         """Make the cell's active observation (an initial response or a `wait`) return
         `Yielded` now; the cell keeps running. No effect on frontier observers, or when nothing
         observes the cell."""
+        ...
+
+    async def cells(self) -> list[CellInfo]:
+        """The session's live cells (admitted and not yet closed), oldest first."""
         ...

@@ -28,6 +28,7 @@ import trio
 
 from ._api import (
     CellId,
+    CellInfo,
     Completed,
     ContentItem,
     ExecuteRequest,
@@ -208,6 +209,9 @@ class _CellIdRecorder:
 
     async def preempt(self, cell_id: CellId) -> None:
         await self._session.preempt(cell_id)
+
+    async def cells(self) -> list[CellInfo]:
+        return await self._session.cells()
 
 
 class _Run:

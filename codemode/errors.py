@@ -92,6 +92,19 @@ class AdmissionError(CodeModeError):
     """The host refused the work for now (too many cells, requests or calls)."""
 
 
+TOO_MANY_REQUESTS = "code-mode host has too many in-flight requests"
+TOO_MANY_CELLS = "code-mode host has too many active cells"
+TOO_MANY_CALLS = "code-mode host has too many pending delegate calls"
+
+
+def too_many_uncollected(bound: int) -> str:
+    """The text of an execute refused because its session holds `bound` uncollected results."""
+    return (
+        f"code-mode session has {bound} completed cells whose results were not collected:"
+        " wait for or terminate them first"
+    )
+
+
 class HostLostError(CodeModeError):
     """The host process died, broke the protocol, or failed to start.
 

@@ -10,6 +10,8 @@ Rules:
    does not stop it, and every later `shutdown()` waits for the same end.
 2. The provider forgets a session once it is shut down: nothing is retained per closed session.
 3. After the provider's block, every operation raises `ProviderClosedError`.
+4. Admission (`AdmissionLimits`) is the provider's: its sessions share the active-cell and
+   pending-call slots, as a host connection's do; requests in flight are a wire notion only.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from contextlib import asynccontextmanager
 
 import trio
 from codemode_host.engine import Engine, open_engine
-from codemode_host.runtime import RuntimeSession
+from codemode_host.runtime import Admission, RuntimeSession, worker_ceiling
 
 from ._api import (
+    AdmissionLimits,
+    CellInfo,
     CellLimits,
     Completed,
     ExecuteRequest,
@@ -131,6 +135,16 @@ class InProcessSession:
         self._check()
         await self._runtime.preempt(cell_id)
 
+    async def cells(self) -> list[CellInfo]:
+        """The session's live cells, oldest first: what holds capacity.
+
+        Raises:
+            SessionShuttingDownError: shutdown has begun.
+            ProviderClosedError: the provider was closed.
+        """
+        self._check()
+        return await self._runtime.cells()
+
     async def shutdown(self) -> None:
         """Terminate every cell and return once each has closed (rule 1)."""
         await self._shutdown.run(self._provider._nursery, self._shut_down)
@@ -145,9 +159,10 @@ class InProcessSession:
 class InProcessProvider:
     """Creates sessions that run in this process. Made by `open_in_process_provider()`."""
 
-    def __init__(self, engine: Engine, nursery: trio.Nursery) -> None:
+    def __init__(self, engine: Engine, nursery: trio.Nursery, admission: Admission) -> None:
         self._engine = engine
         self._nursery = nursery
+        self._admission = admission
         self._sessions: set[InProcessSession] = set()
         self.closed = False
 
@@ -165,7 +180,9 @@ class InProcessProvider:
         if self.closed:
             raise ProviderClosedError()
         limits = (limits or CellLimits()).checked()
-        runtime = RuntimeSession(self._engine, self._nursery, limits, store_load=store_load)
+        runtime = RuntimeSession(
+            self._engine, self._nursery, limits, store_load=store_load, admission=self._admission
+        )
         session = InProcessSession(self, runtime)
         self._sessions.add(session)
         return session
@@ -188,8 +205,14 @@ async def _shut_down_quietly(session: InProcessSession) -> None:
 
 
 @asynccontextmanager
-async def open_in_process_provider() -> AsyncIterator[InProcessProvider]:
+async def open_in_process_provider(
+    *, admission: AdmissionLimits | None = None
+) -> AsyncIterator[InProcessProvider]:
     """A provider whose sessions run in the caller's trio loop, for the block's duration.
+
+    Args:
+        admission: the capacity its sessions share (rule 4; default `AdmissionLimits()`).
+            The engine may grow to at least `max_active_cells` workers.
 
     Resource handling: on exit every session is shut down (its cells terminated, each
     `cell_closed` called), then delegate calls still running are cancelled and the engine's
@@ -198,8 +221,12 @@ async def open_in_process_provider() -> AsyncIterator[InProcessProvider]:
     Error handling: an exception raised in the block leaves it as itself (never wrapped in an
     `ExceptionGroup`).
     """
-    async with open_engine() as engine, open_service_nursery() as nursery:
-        provider = InProcessProvider(engine, nursery)
+    limits = admission or AdmissionLimits()
+    async with (
+        open_engine(max_workers=worker_ceiling(limits)) as engine,
+        open_service_nursery() as nursery,
+    ):
+        provider = InProcessProvider(engine, nursery, Admission(limits))
         try:
             yield provider
         finally:

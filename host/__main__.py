@@ -19,7 +19,10 @@ import os
 import sys
 
 import trio
+from codemode_host._options import parse_admission
 from codemode_host.server import serve_connection
+
+from codemode import AdmissionLimits
 
 _PIPE_SIZE = 1 << 20
 
@@ -54,14 +57,17 @@ def _grow_pipe(fd: int) -> None:
         pass
 
 
-async def _serve(protocol_in: int, protocol_out: int, parent_pidfd: int | None) -> int:
+async def _serve(
+    protocol_in: int, protocol_out: int, parent_pidfd: int | None, admission: AdmissionLimits
+) -> int:
     receive = trio.lowlevel.FdStream(protocol_in)
     send = trio.lowlevel.FdStream(protocol_out)
     async with receive, send:
-        return await serve_connection(receive, send, parent_pidfd=parent_pidfd)
+        return await serve_connection(receive, send, parent_pidfd=parent_pidfd, admission=admission)
 
 
 def main() -> None:
+    admission = parse_admission(sys.argv[1:])
     logging.basicConfig(
         stream=sys.stderr,
         level=os.environ.get("CODEMODE_HOST_LOG", "WARNING").upper(),
@@ -75,7 +81,7 @@ def main() -> None:
     os.close(devnull)
     for fd in (protocol_in, protocol_out):
         _grow_pipe(fd)
-    status = trio.run(_serve, protocol_in, protocol_out, parent_pidfd)
+    status = trio.run(_serve, protocol_in, protocol_out, parent_pidfd, admission)
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown: the engine's threads are joined and the frames flushed.

@@ -9,6 +9,9 @@ are not cancellable. `operation/yield` preempts the cell an execute or a wait ob
 Reverse calls: a cell's tool call or notification becomes a `delegate/request` through the
 connection, awaited in a one-shot slot; when the cell cancels it, the connection sends
 `delegate/cancel`. A call the connection cannot send fails in the cell only.
+
+Admission: every session of the connection shares one runtime `Admission` (active cells and
+pending reverse calls); requests in flight are bounded by the connection itself.
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ from typing import TypeVar
 import msgspec
 import trio
 from codemode_host.engine import Engine
-from codemode_host.runtime import Preemption, RuntimeSession
+from codemode_host.runtime import Admission, Preemption, RuntimeSession
 
 from codemode import (
+    AdmissionLimits,
+    CellInfo,
     CellLimits,
     CodeModeError,
     Completed,
@@ -42,6 +47,7 @@ from codemode._trio import OneShot
 from codemode.errors import ErrorKind, error_kind
 from codemode.protocol import (
     MAX_FRAME_BYTES,
+    CellList,
     Err,
     Execute,
     ExecuteToPending,
@@ -50,6 +56,7 @@ from codemode.protocol import (
     HostConnection,
     HostRequest,
     HostResponse,
+    ListCells,
     LocalProtocolError,
     NotificationDelivered,
     NotificationSend,
@@ -131,6 +138,7 @@ class Requests:
         connection: the sans-IO connection (frames are queued there).
         nursery: where requests, cells and delegate calls run.
         flush: wakes the writer after something was queued.
+        admission: the capacity the connection's sessions share (default limits if None).
     """
 
     def __init__(
@@ -139,8 +147,10 @@ class Requests:
         connection: HostConnection,
         nursery: trio.Nursery,
         flush: Callable[[], None],
+        admission: AdmissionLimits | None = None,
     ) -> None:
         self._engine = engine
+        self.admission = Admission(admission)
         self._connection = connection
         self._nursery = nursery
         self._flush = flush
@@ -210,6 +220,9 @@ class Requests:
                 case Terminate(session_id=session_id, cell_id=cell_id):
                     outcome = await self._sessions[session_id].terminate(cell_id)
                     result = Ok(value=WaitCompleted(outcome=_timed_outcome(outcome, started)))
+                case ListCells(session_id=session_id):
+                    cells = await self._sessions[session_id].cells()
+                    result = Ok(value=CellList(cells=cells))
                 case ShutdownSession(session_id=session_id):
                     await self._sessions[session_id].shutdown()
                     del self._sessions[session_id]
@@ -232,6 +245,7 @@ class Requests:
             limits,
             max_response_bytes=RESPONSE_BUDGET,
             store_load=request.store_load,
+            admission=self.admission,
         )
         return Ok(value=SessionReady(session_id=request.session_id))
 
@@ -296,6 +310,10 @@ class Requests:
     def cell_closed(self, session_id: str, cell_id: str) -> None:
         self._connection.cell_closed(session_id, cell_id)
         self._flush()
+
+    def inventory(self) -> dict[str, list[CellInfo]]:
+        """Every session's live cells, by session id (the host's SIGUSR1 log)."""
+        return {sid: session.inventory() for sid, session in self._sessions.items()}
 
     # ---- the end -----------------------------------------------------------------------
 

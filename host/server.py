@@ -13,6 +13,11 @@ connection; this module only moves bytes and runs tasks:
   fail, active requests are cancelled, every session is shut down (bounded by 5 s) and what is
   queued is flushed (bounded by 5 s).
 
+Admission (`AdmissionLimits`): the connection bounds the requests in flight, the runtime's
+`Admission` the active cells and pending reverse calls; the engine may grow to at least as many
+workers as there are active-cell slots. On SIGUSR1 (when serving from the main thread) the
+host logs its inventory: every session, every live cell, and the slots in use.
+
 Exit status: 0 when the client closed the connection (or was refused at the handshake), 1 when
 it broke the protocol, the stream broke, or the shutdown timed out.
 """
@@ -20,11 +25,15 @@ it broke the protocol, the stream broke, or the shutdown timed out.
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 from collections.abc import Iterable
 
 import trio
 from codemode_host.engine import open_engine
+from codemode_host.runtime import worker_ceiling
 
+from codemode import AdmissionLimits
 from codemode._trio import FrameWriter
 from codemode.protocol import (
     CAPABILITIES,
@@ -54,6 +63,7 @@ async def serve_connection(
     *,
     parent_pidfd: int | None = None,
     capabilities: Iterable[str] = CAPABILITIES,
+    admission: AdmissionLimits | None = None,
 ) -> int:
     """Serve the protocol on one stream pair until the client goes away; the exit status.
 
@@ -64,8 +74,11 @@ async def serve_connection(
             if the client had closed the stream (DESIGN section 3).
         capabilities: what the host offers in the handshake (tests narrow it to play an
             older host).
+        admission: the limits of this connection (default `AdmissionLimits()`), advertised
+            in the handshake.
     """
-    connection = HostConnection(supported_capabilities=capabilities)
+    admission = admission or AdmissionLimits()
+    connection = HostConnection(supported_capabilities=capabilities, admission=admission)
     wire = FrameWriter(send, connection.data_to_send)
     status = 0
     write_failed = False
@@ -76,10 +89,13 @@ async def serve_connection(
         write_failed = True
         outer.cancel_scope.cancel()
 
-    async with open_engine() as engine, trio.open_nursery() as outer:
+    engine_context = open_engine(max_workers=worker_ceiling(admission))
+    async with engine_context as engine, trio.open_nursery() as outer:
         outer.start_soon(wire.run, writer_failed)
         async with trio.open_nursery() as work:
-            requests = Requests(engine, connection, work, wire.flush)
+            requests = Requests(engine, connection, work, wire.flush, admission)
+            if threading.current_thread() is threading.main_thread():
+                await work.start(_log_inventory_on_signal, requests, connection)
             with trio.CancelScope() as reading:
                 if parent_pidfd is not None:
                     work.start_soon(_watch_parent, parent_pidfd, reading)
@@ -131,6 +147,42 @@ async def _read(
     except trio.Cancelled:
         raise
     return 1
+
+
+async def _log_inventory_on_signal(
+    requests: Requests,
+    connection: HostConnection,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    with trio.open_signal_receiver(signal.SIGUSR1) as signals:
+        task_status.started()
+        async for _ in signals:
+            _log_inventory(requests, connection)
+
+
+def _log_inventory(requests: Requests, connection: HostConnection) -> None:
+    # At WARNING: the operator asked for it, and the host's default log level is WARNING.
+    limits = requests.admission.limits
+    inventory = requests.inventory()
+    lines = [
+        f"inventory: {len(inventory)} sessions;"
+        f" active cells {requests.admission.active_cells}/{limits.max_active_cells};"
+        f" pending delegate calls {requests.admission.pending_calls}"
+        f"/{limits.max_pending_delegate_calls};"
+        f" requests in flight {connection.statistics().requests}"
+        f"/{limits.max_requests_in_flight}"
+    ]
+    for session_id, cells in inventory.items():
+        lines.append(f"  session {session_id}: {len(cells)} cells")
+        lines.extend(
+            f"    cell {cell.cell_id}: phase={cell.phase!r} age_s={cell.age_s:.3f}"
+            f" pending_tool_calls={cell.pending_tool_calls}"
+            f" buffered_output_bytes={cell.buffered_output_bytes}"
+            f" cpu_time_ms={cell.cpu_time_ms:.1f}"
+            for cell in cells
+        )
+    logger.warning("%s", "\n".join(lines))
 
 
 async def _watch_parent(pidfd: int, reading: trio.CancelScope) -> None:

@@ -11,6 +11,7 @@ from codemode_host.engine import Engine, open_engine
 
 import codemode
 from codemode import (
+    CellInfo,
     CellLimits,
     Completed,
     ExecuteRequest,
@@ -109,6 +110,9 @@ class _DurationCheckedSession:
 
     async def preempt(self, cell_id: str) -> None:
         await self._session.preempt(cell_id)
+
+    async def cells(self) -> list[CellInfo]:
+        return await self._session.cells()
 
 
 class _CheckedProvider:

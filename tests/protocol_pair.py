@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
+from codemode import AdmissionLimits
 from codemode.protocol import (
     LIMITS_CAPABILITY,
     NEED_DATA,
@@ -36,10 +37,14 @@ class Pair:
     """An in-memory connection pair; nothing runs until `flush()`."""
 
     def __init__(
-        self, *, chunk: int | None = None, capabilities: Iterable[str] = (LIMITS_CAPABILITY,)
+        self,
+        *,
+        chunk: int | None = None,
+        capabilities: Iterable[str] = (LIMITS_CAPABILITY,),
+        admission: AdmissionLimits | None = None,
     ) -> None:
         self.client = ClientConnection(optional_capabilities=capabilities)
-        self.host = HostConnection()
+        self.host = HostConnection(admission=admission)
         self.chunk = chunk
         self.client_frames: list[ClientMessage] = []
         self.host_frames: list[HostMessage] = []

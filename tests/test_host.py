@@ -155,7 +155,9 @@ async def handshake(client: RawClient, hello: Hello = HELLO) -> Ready:
 
 async def test_handshake_and_multiple_session_lifecycles_are_ordered() -> None:
     async with raw_host() as client:
-        assert await handshake(client) == Ready(selected_version=1, capabilities=[])
+        assert await handshake(client) == Ready(
+            selected_version=1, capabilities=[], admission=codemode.AdmissionLimits()
+        )
         for request_id, session_id in ((1, "session-1"), (2, "session-2")):
             response = await client.request(request_id, OpenSession(session_id=session_id))
             assert response.result == Ok(value=SessionReady(session_id=session_id))
@@ -201,7 +203,9 @@ async def test_session_resource_limits_are_negotiated_when_optional_or_required(
     )
     async with raw_host() as client:
         assert await handshake(client, hello) == Ready(
-            selected_version=1, capabilities=[LIMITS_CAPABILITY]
+            selected_version=1,
+            capabilities=[LIMITS_CAPABILITY],
+            admission=codemode.AdmissionLimits(),
         )
 
 

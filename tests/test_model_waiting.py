@@ -7,6 +7,7 @@ from typing import Any
 import trio
 
 from codemode import (
+    CellInfo,
     CodeMode,
     Completed,
     ExecuteRequest,
@@ -71,6 +72,9 @@ class ObservedSession:
 
     async def shutdown(self) -> None:
         await self._session.shutdown()
+
+    async def cells(self) -> list[CellInfo]:
+        return await self._session.cells()
 
 
 class Gate:

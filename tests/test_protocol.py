@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 import codemode
 from codemode import (
+    AdmissionLimits,
+    CellInfo,
     CellLimits,
     Completed,
     ExecuteRequest,
@@ -34,6 +36,7 @@ from codemode.protocol import (
     MAX_FRAME_BYTES,
     NEED_DATA,
     CellClosed,
+    CellList,
     ClientMessage,
     DelegateCancel,
     DelegateRequest,
@@ -51,6 +54,7 @@ from codemode.protocol import (
     HostMessage,
     InitialResponse,
     InvalidHello,
+    ListCells,
     MissingRequiredCapability,
     NoCompatibleVersion,
     NotificationDelivered,
@@ -121,6 +125,7 @@ CLIENT_MESSAGES: list[object] = [
         ),
     ),
     OperationRequest(id=11, request=WaitToPending(session_id="s", cell_id="1")),
+    OperationRequest(id=12, request=ListCells(session_id="s")),
     OperationYield(id=3),
     DelegateResponse(id=6, result=Ok(value=ToolResult(result={"answer": 42}))),
     DelegateResponse(id=7, result=Ok(value=NotificationDelivered())),
@@ -129,6 +134,24 @@ CLIENT_MESSAGES: list[object] = [
 
 HOST_MESSAGES: list[object] = [
     Ready(selected_version=1, capabilities=[]),
+    Ready(selected_version=1, capabilities=[], admission=AdmissionLimits(max_active_cells=4)),
+    OperationResponse(
+        id=12,
+        result=Ok(
+            value=CellList(
+                cells=[
+                    CellInfo(
+                        cell_id="1",
+                        phase="running",
+                        age_s=0.5,
+                        pending_tool_calls=2,
+                        buffered_output_bytes=70,
+                        cpu_time_ms=1.5,
+                    )
+                ]
+            )
+        ),
+    ),
     Rejected(reason=NoCompatibleVersion(supported_versions=[1])),
     Rejected(reason=MissingRequiredCapability(capability="x")),
     Rejected(reason=InvalidHello(message="first message must be connection/hello")),

@@ -29,7 +29,7 @@ from typing import Any
 
 import trio
 
-from .._api import CellLimits, ExecuteRequest, SessionDelegate
+from .._api import AdmissionLimits, CellLimits, ExecuteRequest, SessionDelegate
 from .._trio import CLEANUP_GRACE, FrameWriter, OneShot, open_service_nursery
 from ..errors import HostLostError
 from ..protocol import (
@@ -112,6 +112,11 @@ class HostLink:
     @property
     def capabilities(self) -> frozenset[str]:
         return self._connection.capabilities
+
+    @property
+    def admission(self) -> AdmissionLimits | None:
+        """The limits the host advertised in its handshake (None: it did not)."""
+        return self._connection.admission
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -405,6 +410,11 @@ class HostLink:
     async def shutdown_session(self, session_id: str) -> HostResult:
         self._check()
         return await self._await(self._connection.shutdown_session(session_id), session_id)
+
+    async def cells(self, session_id: str) -> HostResult:
+        """The session's live cells (`session/cells`), with the host's cell ids."""
+        self._check()
+        return await self._await(self._connection.cells(session_id), session_id)
 
     def cells_of(self, session_id: str) -> list[ClientCell]:
         """The session's cells that are live or closing (their `cell_closed` still to come)."""

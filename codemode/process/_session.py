@@ -13,8 +13,8 @@ Rules:
    stop it, and every later `shutdown()` waits for the same end.
 3. After shutdown began every operation raises `SessionShuttingDownError`; after the provider
    closed, `ProviderClosedError`.
-4. The pending frontier and preempt need the host's capabilities; without them the operation
-   raises a `CodeModeError` naming the capability.
+4. The pending frontier, preempt and the cell inventory need the host's capabilities; without
+   them the operation raises a `CodeModeError` naming the capability.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import msgspec
 import trio
 
 from .._api import (
+    CellInfo,
     CellLimits,
     Completed,
     ExecuteRequest,
@@ -53,9 +54,11 @@ from ..errors import (
     error_from_kind,
 )
 from ..protocol import (
+    INVENTORY_CAPABILITY,
     LIMITS_CAPABILITY,
     PENDING_FRONTIER_CAPABILITY,
     YIELD_CAPABILITY,
+    CellList,
     Err,
     ExecutionStarted,
     FrameTooLargeError,
@@ -291,6 +294,18 @@ class ProcessSession:
         binding.need(YIELD_CAPABILITY, "preempting an observation")
         binding.link.preempt(binding.session_id, binding.wire_id(cell_id))
         await trio.lowlevel.checkpoint()
+
+    async def cells(self) -> list[CellInfo]:
+        """The session's live cells in its host, oldest first, with their public ids."""
+        binding = await self._bind()
+        binding.need(INVENTORY_CAPABILITY, "the cell inventory")
+        listed = _unwrap(await binding.link.cells(binding.session_id))
+        if not isinstance(listed, CellList):
+            raise HostLostError("code-mode host returned an invalid cell list response")
+        return [
+            msgspec.structs.replace(cell, cell_id=binding.public_id(cell.cell_id))
+            for cell in listed.cells
+        ]
 
     async def terminate(self, cell_id: str) -> WaitOutcome:
         """Stop a cell in the host; returns its undelivered output or buffered completion.

@@ -35,11 +35,13 @@ from ._events import InitialAnswered as InitialAnswered
 from ._events import PreemptRequested as PreemptRequested
 from ._events import RequestReceived as RequestReceived
 from ._messages import CAPABILITIES as CAPABILITIES
+from ._messages import INVENTORY_CAPABILITY as INVENTORY_CAPABILITY
 from ._messages import LIMITS_CAPABILITY as LIMITS_CAPABILITY
 from ._messages import PENDING_FRONTIER_CAPABILITY as PENDING_FRONTIER_CAPABILITY
 from ._messages import PROTOCOL_VERSION as PROTOCOL_VERSION
 from ._messages import YIELD_CAPABILITY as YIELD_CAPABILITY
 from ._messages import CellClosed as CellClosed
+from ._messages import CellList as CellList
 from ._messages import ClientMessage as ClientMessage
 from ._messages import DelegateCancel as DelegateCancel
 from ._messages import DelegateRequest as DelegateRequest
@@ -54,6 +56,7 @@ from ._messages import HostRequest as HostRequest
 from ._messages import HostResponse as HostResponse
 from ._messages import InitialResponse as InitialResponse
 from ._messages import InvalidHello as InvalidHello
+from ._messages import ListCells as ListCells
 from ._messages import MissingRequiredCapability as MissingRequiredCapability
 from ._messages import NoCompatibleVersion as NoCompatibleVersion
 from ._messages import NotificationDelivered as NotificationDelivered

@@ -25,6 +25,7 @@ import enum
 from collections.abc import Iterable
 
 from .._api import (
+    AdmissionLimits,
     CellLimits,
     Completed,
     ExecuteRequest,
@@ -52,6 +53,7 @@ from ._events import (
 from ._messages import (
     PROTOCOL_VERSION,
     CellClosed,
+    CellList,
     DelegateCancel,
     DelegateRequest,
     Err,
@@ -63,6 +65,7 @@ from ._messages import (
     HostRequest,
     HostResponse,
     InitialResponse,
+    ListCells,
     Ok,
     OpenSession,
     OperationCancel,
@@ -100,6 +103,7 @@ class _Kind(enum.Enum):
     EXECUTE_TO_PENDING = "execute to pending"
     TERMINATE = "terminate"
     SHUTDOWN = "shutdown"
+    CELLS = "cells"
 
 
 class _Pending:
@@ -138,6 +142,8 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         super().__init__(HostMessage)
         self._handshaking = True
         self.capabilities: frozenset[str] = frozenset()
+        self.admission: AdmissionLimits | None = None
+        """The limits the host advertised in `connection/ready` (None: it did not)."""
         self._next_id = 1
         self._pending: dict[int, _Pending] = {}
         self._sessions: dict[str, bool] = {}  # id -> open (False while opening)
@@ -265,6 +271,11 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         self._check_session(session_id)
         return self._request(_Kind.SHUTDOWN, ShutdownSession(session_id=session_id))
 
+    def cells(self, session_id: str) -> int:
+        """Queue `session/cells`: the session's live cells, answered with a `CellList`."""
+        self._check_session(session_id)
+        return self._request(_Kind.CELLS, ListCells(session_id=session_id))
+
     def cancel(self, request_id: int) -> None:
         """The caller of `request_id` went away (rule 3). Unknown or answered ids are ignored;
         a terminate or a shutdown still runs to its end. The answer of an abandoned execute,
@@ -345,6 +356,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
             )
         self._handshaking = False
         self.capabilities = frozenset(message.capabilities)
+        self.admission = message.admission
         self._events.append(HandshakeCompleted(capabilities=self.capabilities))
 
     def _on_response(self, request_id: int, result: HostResult) -> None:
@@ -359,6 +371,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
             _Kind.EXECUTE_TO_PENDING: self._on_started,
             _Kind.TERMINATE: self._on_terminated,
             _Kind.SHUTDOWN: self._on_session_closed,
+            _Kind.CELLS: self._on_cells,
         }[pending.kind]
         handler(request_id, pending, result)
 
@@ -416,6 +429,11 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         self._cells.forget_session(session_id)
         if not pending.internal:
             self._events.append(Answered(request_id=request_id, result=result))
+
+    def _on_cells(self, request_id: int, pending: _Pending, result: HostResult) -> None:
+        if isinstance(result, Ok) and not isinstance(result.value, CellList):
+            raise RemoteProtocolError("code-mode host returned an invalid cell list response")
+        self._events.append(Answered(request_id=request_id, result=result))
 
     def _on_delegate_request(self, message: DelegateRequest) -> None:
         request = message.request

@@ -20,6 +20,9 @@ What it owns (reference-host sections 3, 4.1 and 5):
    an answer to an unknown or cancelled call is ignored.
 6. Frame limits: an answer too large for a frame is replaced by a `frame_limit` error with the
    same id; a reverse call too large fails that call only (`FrameTooLargeError` to the caller).
+7. Admission: at most `max_requests_in_flight` requests are active at once; one past it is
+   answered at once with an `admission` error (`code-mode host has too many in-flight
+   requests`) and never reaches the runtime. `connection/ready` advertises the limits.
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 
-from .._api import Pending, RuntimeResponse
-from ..errors import ErrorKind
+from .._api import AdmissionLimits, Pending, RuntimeResponse
+from ..errors import TOO_MANY_REQUESTS, ErrorKind
 from ._codec import FrameTooLargeError
 from ._endpoint import Endpoint
 from ._errors import LocalProtocolError, RemoteProtocolError
@@ -44,6 +47,7 @@ from ._events import (
 )
 from ._messages import (
     CAPABILITIES,
+    INVENTORY_CAPABILITY,
     LIMITS_CAPABILITY,
     PENDING_FRONTIER_CAPABILITY,
     PROTOCOL_VERSION,
@@ -62,6 +66,7 @@ from ._messages import (
     HostResponse,
     InitialResponse,
     InvalidHello,
+    ListCells,
     MissingRequiredCapability,
     NoCompatibleVersion,
     NotificationSend,
@@ -118,10 +123,18 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
 
     Args:
         supported_capabilities: what this host can offer in the handshake.
+        admission: the limits the host applies, advertised in `connection/ready`; this
+            connection enforces `max_requests_in_flight` (rule 7), the runtime the others.
     """
 
-    def __init__(self, *, supported_capabilities: Iterable[str] = CAPABILITIES) -> None:
+    def __init__(
+        self,
+        *,
+        supported_capabilities: Iterable[str] = CAPABILITIES,
+        admission: AdmissionLimits | None = None,
+    ) -> None:
         self._supported = frozenset(supported_capabilities)
+        self.admission = admission or AdmissionLimits()
         super().__init__(ClientMessage)
         self._handshaking = True
         self.capabilities: frozenset[str] = frozenset()
@@ -278,7 +291,13 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
                 return
         self._handshaking = False
         self.capabilities = offered
-        self._queue(Ready(selected_version=PROTOCOL_VERSION, capabilities=sorted(offered)))
+        self._queue(
+            Ready(
+                selected_version=PROTOCOL_VERSION,
+                capabilities=sorted(offered),
+                admission=self.admission,
+            )
+        )
         self._events.append(HandshakeCompleted(capabilities=offered))
 
     def _reject(
@@ -293,6 +312,8 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
             raise RemoteProtocolError(f"duplicate code-mode request ID {request_id}")
         self._active[request_id] = request
         problem = self._refusal(request)
+        if problem is None and len(self._active) > self.admission.max_requests_in_flight:
+            problem = _err(ErrorKind.ADMISSION, TOO_MANY_REQUESTS)
         if problem is not None:
             self._finish(request_id)
             self._send_response(request_id, problem)
@@ -321,6 +342,10 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
                     f" {LIMITS_CAPABILITY} was not negotiated"
                 )
             return None
+        if isinstance(request, ListCells) and INVENTORY_CAPABILITY not in self.capabilities:
+            return _invalid(
+                f"code-mode cell inventory needs the `{INVENTORY_CAPABILITY}` capability"
+            )
         if (
             isinstance(request, ExecuteToPending | WaitToPending)
             and PENDING_FRONTIER_CAPABILITY not in self.capabilities

@@ -25,6 +25,8 @@ from typing import Annotated, Any, Generic, TypeAlias, TypeVar
 import msgspec
 
 from .._api import (
+    AdmissionLimits,
+    CellInfo,
     CellLimits,
     ExecuteRequest,
     NestedToolCall,
@@ -42,7 +44,14 @@ PENDING_FRONTIER_CAPABILITY = "pending-frontier"
 """Enables `session/executeToPending` and `session/waitToPending` (reference-runtime 5.9)."""
 YIELD_CAPABILITY = "yield-observation"
 """Enables `operation/yield`: an active observation returns `Yielded` now (preempt)."""
-CAPABILITIES = (LIMITS_CAPABILITY, PENDING_FRONTIER_CAPABILITY, YIELD_CAPABILITY)
+INVENTORY_CAPABILITY = "cell-inventory"
+"""Enables `session/cells`: the session's live cells (`Session.cells()`)."""
+CAPABILITIES = (
+    LIMITS_CAPABILITY,
+    PENDING_FRONTIER_CAPABILITY,
+    YIELD_CAPABILITY,
+    INVENTORY_CAPABILITY,
+)
 """Everything this version of codemode speaks, host and client alike."""
 
 T = TypeVar("T")
@@ -138,9 +147,13 @@ class Hello(_Message, tag="connection/hello", frozen=True):
             )
 
 
-class Ready(_Message, tag="connection/ready", frozen=True):
+class Ready(_Message, tag="connection/ready", frozen=True, omit_defaults=True):
+    """The host's answer to a hello; `admission`: the limits it applies to this connection
+    (sent only by hosts that advertise them)."""
+
     selected_version: int
     capabilities: list[str]
+    admission: AdmissionLimits | None = None
 
     def __post_init__(self) -> None:
         _check_versions([self.selected_version])
@@ -219,8 +232,19 @@ class ShutdownSession(_Request, tag="session/shutdown", frozen=True):
     pass
 
 
+class ListCells(_Request, tag="session/cells", frozen=True):
+    """The session's live cells (needs `INVENTORY_CAPABILITY`), answered with a `CellList`."""
+
+
 HostRequest: TypeAlias = (
-    OpenSession | Execute | ExecuteToPending | Wait | WaitToPending | Terminate | ShutdownSession
+    OpenSession
+    | Execute
+    | ExecuteToPending
+    | Wait
+    | WaitToPending
+    | Terminate
+    | ShutdownSession
+    | ListCells
 )
 
 
@@ -246,7 +270,13 @@ class SessionClosed(_Message, tag="session/closed", frozen=True):
         _check_session_id(self.session_id)
 
 
-HostResponse: TypeAlias = SessionReady | ExecutionStarted | WaitCompleted | SessionClosed
+class CellList(_Message, tag="session/cellList", frozen=True):
+    """The answer to `session/cells`, with the host's cell ids."""
+
+    cells: list[CellInfo]
+
+
+HostResponse: TypeAlias = SessionReady | ExecutionStarted | WaitCompleted | SessionClosed | CellList
 
 
 class OperationRequest(_Message, tag="operation/request", frozen=True):

@@ -6,17 +6,23 @@ wire: the in-process provider serves it directly, the host's server puts it behi
 
 from codemode._trio import CLEANUP_GRACE as CLEANUP_GRACE
 
+from ._admission import Admission as Admission
+from ._admission import worker_ceiling as worker_ceiling
 from ._observer import Preemption as Preemption
 from ._observer import observation_window_ms as observation_window_ms
+from ._phases import ACTIVE as ACTIVE
 from ._phases import LIFECYCLE as LIFECYCLE
 from ._phases import OBSERVATION as OBSERVATION
 from ._session import RuntimeSession as RuntimeSession
 
 __all__ = [
+    "ACTIVE",
     "CLEANUP_GRACE",
     "LIFECYCLE",
     "OBSERVATION",
+    "Admission",
     "Preemption",
     "RuntimeSession",
     "observation_window_ms",
+    "worker_ceiling",
 ]

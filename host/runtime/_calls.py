@@ -16,12 +16,17 @@ Rules:
 4. `all_started()` returns once every tool call made so far has reached its delegate (its task
    ran its first step): a pending frontier is delivered only after the delegate saw each call it
    lists, so an application can settle them (over the wire: each call's frame goes first).
+5. Each call holds a pending-call slot of the connection's `Admission` from when the cell makes
+   it until its task ends (or it is dropped unstarted). A tool call past the bound is rejected
+   at once with `code-mode host has too many pending delegate calls` and never reaches the
+   delegate; a notification past it is logged and dropped.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 
 import msgspec
 import trio
@@ -29,7 +34,9 @@ from codemode_host.engine import EngineCell, EngineClosedError, ToolCallRequeste
 
 from codemode import ExecuteRequest, NestedToolCall, SessionDelegate, ToolError
 from codemode._trio import CLEANUP_GRACE, CallbackGroup
-from codemode.errors import tool_failure_message
+from codemode.errors import TOO_MANY_CALLS, tool_failure_message
+
+from ._admission import Admission
 
 logger = logging.getLogger("codemode.runtime")
 
@@ -48,6 +55,7 @@ class CellCalls:
         nursery: where the calls run (the session's).
         accepting: whether a tool answer may still reach the engine (rule 2).
         submit: runs a command for the engine now, or later if the cell is paused.
+        admission: where the calls take their pending-call slots (rule 5).
     """
 
     def __init__(
@@ -60,6 +68,7 @@ class CellCalls:
         nursery: trio.Nursery,
         accepting: Callable[[], bool],
         submit: Callable[[Callable[[], None]], None],
+        admission: Admission,
     ) -> None:
         self._cell_id = cell_id
         self._request = request
@@ -67,17 +76,24 @@ class CellCalls:
         self._engine_cell = engine_cell
         self._accepting = accepting
         self._submit = submit
+        self._admission = admission
+        self.pending_tools = 0
+        """Tool calls made and not answered yet (held ones included)."""
         self._tools = CallbackGroup(nursery)
         self._notifications = CallbackGroup(nursery)
-        self._held: list[Callable[[], object]] = []
+        self._held: list[tuple[Callable[[], object], bool]] = []  # (start, is a tool call)
         self._released = trio.Event()
         self._unstarted = 0
         self._started = trio.Event()
 
     # ---- starting ------------------------------------------------------------------------
 
-    def tool_call(self, event: ToolCallRequested, *, hold: bool) -> None:
-        """Start (or hold back, rule 1) the call a cell made."""
+    def tool_call(self, event: ToolCallRequested, *, hold: bool) -> bool:
+        """Start (or hold back, rule 1) the call a cell made; False if it was refused (rule 5:
+        its promise is rejected)."""
+        if not self._admission.take_call():
+            self._answer(event.call_id, rejection=TOO_MANY_CALLS)
+            return False
         definition = self._request.enabled_tools[event.tool_index]
         call = NestedToolCall(
             cell_id=self._cell_id,
@@ -87,7 +103,9 @@ class CellCalls:
             input=None if event.input_json is None else _decode_json(event.input_json),
         )
         self._unstarted += 1
-        self._start(lambda: self._tools.start(self._invoke_tool, event.call_id, call), hold)
+        self.pending_tools += 1
+        self._start(lambda: self._tools.start(self._invoke_tool, event.call_id, call), hold, True)
+        return True
 
     async def all_started(self) -> None:
         """Wait until every tool call made so far reached its delegate (rule 4)."""
@@ -98,20 +116,25 @@ class CellCalls:
 
     def notification(self, text: str, *, hold: bool) -> None:
         """Deliver (or hold back, rule 1) a `notify()` text."""
-        self._start(lambda: self._notifications.start(self._deliver_notification, text), hold)
+        if not self._admission.take_call():
+            logger.warning("failed to deliver code mode notification: %s", TOO_MANY_CALLS)
+            return
+        self._start(
+            partial(self._notifications.start, self._deliver_notification, text), hold, False
+        )
 
-    def _start(self, start: Callable[[], object], hold: bool) -> None:
+    def _start(self, start: Callable[[], object], hold: bool, tool: bool) -> None:
         if hold or self._held:
             if not self._held:
                 self._released = trio.Event()
-            self._held.append(start)  # behind earlier held calls: the cell's order is kept
+            self._held.append((start, tool))  # behind earlier held ones: the cell's order is kept
         else:
             start()
 
     def release_held(self) -> None:
         """The observer answered: start the calls held back behind it, in order."""
         held, self._held = self._held, []
-        for start in held:
+        for start, _ in held:
             start()
         self._released.set()
 
@@ -131,6 +154,9 @@ class CellCalls:
         """Cancel every call; held calls are dropped (the cell ends without them)."""
         self._unstarted = 0
         self._started.set()
+        for _, tool in self._held:  # dropped unstarted: their slots go back now (rule 5)
+            self._admission.release_call()
+            self.pending_tools -= tool
         self._held.clear()
         self._released.set()
         self._notifications.cancel(reason)
@@ -145,6 +171,13 @@ class CellCalls:
     # ---- running -----------------------------------------------------------------------
 
     async def _invoke_tool(self, call_id: int, call: NestedToolCall) -> None:
+        try:
+            await self._run_tool(call_id, call)
+        finally:
+            self._admission.release_call()
+            self.pending_tools -= 1
+
+    async def _run_tool(self, call_id: int, call: NestedToolCall) -> None:
         self._unstarted -= 1
         self._started.set()
         try:
@@ -183,3 +216,5 @@ class CellCalls:
             await self._delegate.notify(self._request.tool_call_id, self._cell_id, text)
         except Exception as error:
             logger.warning("failed to deliver code mode notification: %s", error)
+        finally:
+            self._admission.release_call()

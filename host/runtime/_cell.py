@@ -20,6 +20,8 @@ Rules (reference-runtime section 5):
    observe the cell and nothing the initial observation did not take is lost.
 6. Frontier observers (`_frontier`) see the cell's quiescence; tool answers and timer firings
    reach the engine through the frontier, which holds them while the cell is paused.
+7. The cell is admitted holding an active-cell slot (`_admission`) and gives it back when its
+   lifecycle leaves the ACTIVE states, in `_move`, the one place its lifecycle changes.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from codemode_host.engine import (
 )
 
 from codemode import (
+    CellInfo,
     Completed,
     ContentItem,
     ExecuteRequest,
@@ -70,11 +73,20 @@ from codemode.errors import (
     RuntimeEndedError,
 )
 
+from ._admission import Admission
 from ._callee import name_the_callee
 from ._calls import CellCalls
 from ._frontier import Frontier
 from ._observer import Observer, fitting, item_bytes
-from ._phases import LIFECYCLE, OBSERVATION, Lifecycle, LifecycleTrigger, Watch, WatchTrigger
+from ._phases import (
+    ACTIVE,
+    LIFECYCLE,
+    OBSERVATION,
+    Lifecycle,
+    LifecycleTrigger,
+    Watch,
+    WatchTrigger,
+)
 
 logger = logging.getLogger("codemode.runtime")
 
@@ -100,6 +112,7 @@ class RuntimeCell:
         forget: Callable[[str], None],
         initial_window_ms: int | None,
         max_response_bytes: int | None,
+        admission: Admission,
     ) -> None:
         self.cell_id = cell_id
         self.lifecycle = Lifecycle.RUNNING
@@ -111,6 +124,10 @@ class RuntimeCell:
         self._commit = commit
         self._forget = forget
         self._budget = max_response_bytes
+        self._admission = admission
+        self._holds_slot = True  # rule 7: the session took it when it admitted the cell
+        self._admitted_at = trio.current_time()
+        self._cpu_time_ms = 0.0
         # An initial observer without a window is `execute_to_pending`'s.
         self._frontier = Frontier(engine_cell, mode=initial_window_ms is None)
         self._calls = CellCalls(
@@ -121,6 +138,7 @@ class RuntimeCell:
             nursery=nursery,
             accepting=lambda: self._js_running and self.lifecycle is Lifecycle.RUNNING,
             submit=self._frontier.submit,
+            admission=admission,
         )
         self._timers: dict[int, trio.CancelScope] = {}
         self._js_running = True
@@ -132,7 +150,6 @@ class RuntimeCell:
         self._completion_error: str | None = None
         self._claimed = trio.Event()
         self._terminated: Terminated | None = None
-        self._cpu_time_ms = 0.0
 
     @property
     def cpu_time_ms(self) -> float:
@@ -144,8 +161,22 @@ class RuntimeCell:
         """Tool answers and timer firings held while the cell is paused at its frontier."""
         return self._frontier.held
 
+    def info(self, now: float) -> CellInfo:
+        """What the cell holds, for `RuntimeSession.cells()` (`now`: trio's clock)."""
+        return CellInfo(
+            cell_id=self.cell_id,
+            phase=self.lifecycle.value,
+            age_s=max(0.0, now - self._admitted_at),
+            pending_tool_calls=self._calls.pending_tools,
+            buffered_output_bytes=sum(item_bytes(item) for item in self._content),
+            cpu_time_ms=self.cpu_time_ms,
+        )
+
     def _move(self, trigger: LifecycleTrigger) -> None:
         self.lifecycle = LIFECYCLE.move(self.lifecycle, trigger)
+        if self._holds_slot and self.lifecycle not in ACTIVE:
+            self._holds_slot = False
+            self._admission.release_cell()
 
     # ---- observation ---------------------------------------------------------------------
 
@@ -385,8 +416,8 @@ class RuntimeCell:
             case ImageOutput(image_url=url, detail=detail):
                 self._content.append(InputImage(image_url=url, detail=ImageDetail(detail)))
             case ToolCallRequested(call_id=call_id):
-                self._frontier.issued(f"tool-{call_id}")
-                self._calls.tool_call(event, hold=self.watch is Watch.YIELDING)
+                if self._calls.tool_call(event, hold=self.watch is Watch.YIELDING):
+                    self._frontier.issued(f"tool-{call_id}")
             case Notification(text=text):
                 self._calls.notification(text, hold=self.watch is Watch.YIELDING)
             case StoredValueWritten(key=key, value_json=value):

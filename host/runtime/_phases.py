@@ -92,6 +92,11 @@ class Watch(enum.Enum):
     YIELDING = "yielding"
 
 
+ACTIVE = frozenset({Lifecycle.RUNNING, Lifecycle.DRAINING, Lifecycle.TERMINATING})
+"""The states that hold an active-cell slot (`_admission`): the cell's JavaScript or its
+cleanup still runs. A completion waiting to be collected holds none."""
+
+
 class WatchTrigger(enum.Enum):
     ATTACH = "attach"
     BOUNDARY = "boundary"

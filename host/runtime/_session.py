@@ -10,6 +10,9 @@ Rules:
    still closes every cell, and the next `shutdown()` waits for the rest.
 4. Without stored values (`store_load=False`, reference StoreLoadMode) cells have no `store`
    or `load` globals and the session keeps nothing.
+5. A new cell is admitted against the connection's (or provider's) `Admission`: it takes an
+   active-cell slot, and the session must hold fewer completions nobody collected than
+   `max_uncollected_results` (`AdmissionError` otherwise; nothing is dropped).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import trio
 from codemode_host.engine import CellTool, Engine
 
 from codemode import (
+    CellInfo,
     CellLimits,
     Completed,
     ExecuteRequest,
@@ -35,6 +39,7 @@ from codemode import (
 )
 from codemode.errors import ObserverBusyError, RuntimeEndedError, SessionShuttingDownError
 
+from ._admission import Admission
 from ._cell import RuntimeCell
 from ._observer import DEFAULT_YIELD_TIME_MS, Preemption, observation_window_ms
 from ._phases import Lifecycle
@@ -50,6 +55,8 @@ class RuntimeSession:
         max_response_bytes: the most output one observation takes (the host gives its frame
             limit); output past it stays in the cell for the next observation.
         store_load: False for a session without stored values (rule 4).
+        admission: the capacity the session shares with the others of its connection or
+            provider (rule 5; default: a capacity of its own, with the default limits).
     """
 
     def __init__(
@@ -60,8 +67,10 @@ class RuntimeSession:
         *,
         max_response_bytes: int | None = None,
         store_load: bool = True,
+        admission: Admission | None = None,
     ) -> None:
         self._engine = engine
+        self._admission = admission or Admission()
         self._store_load = store_load
         self._nursery = nursery
         self._limits = limits
@@ -132,21 +141,27 @@ class RuntimeSession:
     ) -> RuntimeCell:
         if not self._alive:
             raise SessionShuttingDownError()
+        uncollected = sum(c.lifecycle is Lifecycle.COMPLETED for c in self._cells.values())
+        self._admission.admit_cell(uncollected)
+        try:
+            engine_cell = self._engine.start_cell(
+                request.source,
+                tools=[
+                    CellTool(name=normalize_identifier(tool.name), description=tool.description)
+                    for tool in request.enabled_tools
+                ],
+                stored_values=self._stored,
+                heap_limit=self._limits.heap_size_bytes(),
+                store_load=self._store_load,
+                cpu_limit_ms=self._limits.max_cpu_time_ms,
+                output_limit=self._limits.pending_output_bytes(),
+                stored_value_limit=self._limits.stored_value_bytes(),
+            )
+        except BaseException:
+            self._admission.release_cell()
+            raise
         cell_id = str(self._next_cell)
         self._next_cell += 1
-        engine_cell = self._engine.start_cell(
-            request.source,
-            tools=[
-                CellTool(name=normalize_identifier(tool.name), description=tool.description)
-                for tool in request.enabled_tools
-            ],
-            stored_values=self._stored,
-            heap_limit=self._limits.heap_size_bytes(),
-            store_load=self._store_load,
-            cpu_limit_ms=self._limits.max_cpu_time_ms,
-            output_limit=self._limits.pending_output_bytes(),
-            stored_value_limit=self._limits.stored_value_bytes(),
-        )
         yield_time_ms = request.yield_time_ms
         if yield_time_ms is None:
             yield_time_ms = DEFAULT_YIELD_TIME_MS
@@ -162,6 +177,7 @@ class RuntimeSession:
                 None if frontier else observation_window_ms(yield_time_ms, self._limits)
             ),
             max_response_bytes=self._max_response_bytes,
+            admission=self._admission,
         )
         self._cells[cell_id] = cell
         self._nursery.start_soon(cell.run)
@@ -263,6 +279,22 @@ class RuntimeSession:
             cell.begin_shutdown()
         for cell in cells:
             await cell.closed.wait()
+
+    async def cells(self) -> list[CellInfo]:
+        """The live cells (admitted, not yet closed), oldest first: what holds capacity.
+
+        Raises:
+            SessionShuttingDownError: shutdown has begun.
+        """
+        await trio.lowlevel.checkpoint()
+        if not self._alive:
+            raise SessionShuttingDownError()
+        return self.inventory()
+
+    def inventory(self) -> list[CellInfo]:
+        """`cells()` without a checkpoint, also while shutting down (the host's log)."""
+        now = trio.current_time()
+        return [cell.info(now) for cell in self._cells.values()]
 
     def cell(self, cell_id: str) -> RuntimeCell | None:
         """The live cell `cell_id` (for the host's inventory and for tests)."""
