@@ -21,7 +21,6 @@ What it owns:
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable
 
 from .._api import (
@@ -36,6 +35,7 @@ from .._api import (
     Yielded,
 )
 from ._cells import CellBook
+from ._cellview import CellView
 from ._codec import FrameTooLargeError
 from ._endpoint import Endpoint
 from ._errors import LocalProtocolError, RemoteProtocolError
@@ -81,6 +81,7 @@ from ._messages import (
     ToolInvoke,
     WaitCompleted,
 )
+from ._operations import Kind, PendingOperation
 from ._reverse import DelegateResult, ReverseCalls
 
 ClientEvent = (
@@ -95,34 +96,6 @@ ClientEvent = (
 )
 HostResult = Ok[HostResponse] | Err
 InitialResult = Ok[RuntimeResponse | Pending] | Err
-
-
-class _Kind(enum.Enum):
-    OPEN = "open"
-    EXECUTE = "execute"
-    EXECUTE_TO_PENDING = "execute to pending"
-    TERMINATE = "terminate"
-    SHUTDOWN = "shutdown"
-    CELLS = "cells"
-
-
-class _Pending:
-    """An operation other than an observation, until its `operation/response`.
-
-    `abandoned`: its caller went away (rule 3 applies). `internal`: the connection sent it on
-    its own (a terminate or shutdown of rule 3); its answer is not an event.
-    """
-
-    __slots__ = ("abandoned", "cell_id", "internal", "kind", "session_id")
-
-    def __init__(
-        self, kind: _Kind, session_id: str, cell_id: str = "", *, internal: bool = False
-    ) -> None:
-        self.kind = kind
-        self.session_id = session_id
-        self.cell_id = cell_id
-        self.abandoned = False
-        self.internal = internal
 
 
 class ClientConnection(Endpoint[HostMessage, ClientEvent]):
@@ -145,7 +118,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         self.admission: AdmissionLimits | None = None
         """The limits the host advertised in `connection/ready` (None: it did not)."""
         self._next_id = 1
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, PendingOperation] = {}
         self._sessions: dict[str, bool] = {}  # id -> open (False while opening)
         self._cells = CellBook(self._events, self._queue)  # type: ignore[arg-type]
         self._calls = ReverseCalls(self._events, self._queue, self._cells)  # type: ignore[arg-type]
@@ -208,7 +181,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         request = OpenSession(
             session_id=session_id, cell_execution_limits=limits, store_load=store_load
         )
-        return self._request(_Kind.OPEN, request)
+        return self._request(Kind.OPEN, request)
 
     def execute(self, session_id: str, request: ExecuteRequest, *, to_pending: bool = False) -> int:
         """Queue `session/execute` (`to_pending`: `session/executeToPending`); its answer, then
@@ -220,8 +193,8 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         self._check_session(session_id)
         if to_pending:
             frontier = ExecuteToPending(session_id=session_id, request=request)
-            return self._request(_Kind.EXECUTE_TO_PENDING, frontier)
-        return self._request(_Kind.EXECUTE, Execute(session_id=session_id, request=request))
+            return self._request(Kind.EXECUTE_TO_PENDING, frontier)
+        return self._request(Kind.EXECUTE, Execute(session_id=session_id, request=request))
 
     def take_initial(self, request_id: int) -> None:
         """The `StartedCell` of execute `request_id` now awaits its initial response."""
@@ -263,18 +236,18 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         request_id = self._new_id()
         if not self._cells.terminate_now(request_id, session_id, cell_id):
             terminate = Terminate(session_id=session_id, cell_id=cell_id)
-            self._request(_Kind.TERMINATE, terminate, request_id=request_id)
+            self._request(Kind.TERMINATE, terminate, request_id=request_id)
         return request_id
 
     def shutdown_session(self, session_id: str) -> int:
         """Queue `session/shutdown`; every `cell/closed` of the session precedes its answer."""
         self._check_session(session_id)
-        return self._request(_Kind.SHUTDOWN, ShutdownSession(session_id=session_id))
+        return self._request(Kind.SHUTDOWN, ShutdownSession(session_id=session_id))
 
     def cells(self, session_id: str) -> int:
         """Queue `session/cells`: the session's live cells, answered with a `CellList`."""
         self._check_session(session_id)
-        return self._request(_Kind.CELLS, ListCells(session_id=session_id))
+        return self._request(Kind.CELLS, ListCells(session_id=session_id))
 
     def cancel(self, request_id: int) -> None:
         """The caller of `request_id` went away (rule 3). Unknown or answered ids are ignored;
@@ -285,7 +258,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         pending = self._pending.get(request_id)
         if pending is not None:
             pending.abandoned = True
-            if pending.kind in (_Kind.EXECUTE, _Kind.EXECUTE_TO_PENDING):
+            if pending.kind in (Kind.EXECUTE, Kind.EXECUTE_TO_PENDING):
                 self._queue(OperationCancel(id=request_id))
             return
         self._cells.retire(request_id)
@@ -303,7 +276,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         if isinstance(value, ExecutionStarted):
             self._abandon_cell(request_id, session_id, value.cell_id, cancelled=False)
         elif isinstance(value, SessionReady):
-            self._request(_Kind.SHUTDOWN, ShutdownSession(session_id=session_id), internal=True)
+            self._request(Kind.SHUTDOWN, ShutdownSession(session_id=session_id), internal=True)
         elif isinstance(value, WaitCompleted):
             if isinstance(value.outcome, LiveCell):
                 self._cells.take_back(session_id, value.outcome.response)
@@ -366,16 +339,16 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         if pending is None:
             raise RemoteProtocolError(f"code-mode host returned unknown request ID {request_id}")
         handler = {
-            _Kind.OPEN: self._on_opened,
-            _Kind.EXECUTE: self._on_started,
-            _Kind.EXECUTE_TO_PENDING: self._on_started,
-            _Kind.TERMINATE: self._on_terminated,
-            _Kind.SHUTDOWN: self._on_session_closed,
-            _Kind.CELLS: self._on_cells,
+            Kind.OPEN: self._on_opened,
+            Kind.EXECUTE: self._on_started,
+            Kind.EXECUTE_TO_PENDING: self._on_started,
+            Kind.TERMINATE: self._on_terminated,
+            Kind.SHUTDOWN: self._on_session_closed,
+            Kind.CELLS: self._on_cells,
         }[pending.kind]
         handler(request_id, pending, result)
 
-    def _on_opened(self, request_id: int, pending: _Pending, result: HostResult) -> None:
+    def _on_opened(self, request_id: int, pending: PendingOperation, result: HostResult) -> None:
         session_id = pending.session_id
         if isinstance(result, Err):
             self._sessions.pop(session_id, None)
@@ -385,16 +358,16 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
             self._sessions[session_id] = True
             if pending.abandoned:
                 # Its caller went away: nobody will ever use or shut down this session.
-                self._request(_Kind.SHUTDOWN, ShutdownSession(session_id=session_id), internal=True)
+                self._request(Kind.SHUTDOWN, ShutdownSession(session_id=session_id), internal=True)
         self._events.append(Answered(request_id=request_id, result=result))
 
-    def _on_started(self, request_id: int, pending: _Pending, result: HostResult) -> None:
+    def _on_started(self, request_id: int, pending: PendingOperation, result: HostResult) -> None:
         if isinstance(result, Err):
             self._events.append(Answered(request_id=request_id, result=result))
             return
         if not isinstance(result.value, ExecutionStarted):
             raise RemoteProtocolError("code-mode host returned an invalid execute response")
-        frontier = pending.kind is _Kind.EXECUTE_TO_PENDING
+        frontier = pending.kind is Kind.EXECUTE_TO_PENDING
         self._cells.admit(pending.session_id, result.value.cell_id, request_id, frontier=frontier)
         if pending.abandoned:
             # The caller never learned the cell id: the cell must not run unobserved forever
@@ -412,14 +385,18 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         terminating = self._new_id()
         if not self._cells.terminate_now(terminating, session_id, cell_id):
             terminate = Terminate(session_id=session_id, cell_id=cell_id)
-            self._request(_Kind.TERMINATE, terminate, internal=True, request_id=terminating)
+            self._request(Kind.TERMINATE, terminate, internal=True, request_id=terminating)
 
-    def _on_terminated(self, request_id: int, pending: _Pending, result: HostResult) -> None:
+    def _on_terminated(
+        self, request_id: int, pending: PendingOperation, result: HostResult
+    ) -> None:
         result = self._cells.terminated(request_id, pending.session_id, pending.cell_id, result)
         if not pending.internal:
             self._events.append(Answered(request_id=request_id, result=result))
 
-    def _on_session_closed(self, request_id: int, pending: _Pending, result: HostResult) -> None:
+    def _on_session_closed(
+        self, request_id: int, pending: PendingOperation, result: HostResult
+    ) -> None:
         session_id = pending.session_id
         if isinstance(result, Ok) and (
             not isinstance(result.value, SessionClosed) or result.value.session_id != session_id
@@ -430,7 +407,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         if not pending.internal:
             self._events.append(Answered(request_id=request_id, result=result))
 
-    def _on_cells(self, request_id: int, pending: _Pending, result: HostResult) -> None:
+    def _on_cells(self, request_id: int, pending: PendingOperation, result: HostResult) -> None:
         if isinstance(result, Ok) and not isinstance(result.value, CellList):
             raise RemoteProtocolError("code-mode host returned an invalid cell list response")
         self._events.append(Answered(request_id=request_id, result=result))
@@ -438,32 +415,29 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
     def _on_delegate_request(self, message: DelegateRequest) -> None:
         request = message.request
         cell_id = request.invocation.cell_id if isinstance(request, ToolInvoke) else request.cell_id
-        if message.session_id not in self._sessions:
-            raise RemoteProtocolError(
-                f"code-mode host delegated for unknown session {message.session_id}"
-            )
-        view = self._cells.live(message.session_id, cell_id)
-        if view is None:
-            raise RemoteProtocolError(
-                f"code-mode host delegated for unknown cell {cell_id}"
-                f" in session {message.session_id}"
-            )
-        self._calls.requested(message, view)
+        self._calls.requested(
+            message, self._live_view(message.session_id, cell_id, "delegated for")
+        )
 
     def _on_cell_closed(self, session_id: str, cell_id: str) -> None:
-        if session_id not in self._sessions:
-            raise RemoteProtocolError(
-                f"code-mode host closed cell {cell_id} in unknown session {session_id}"
-            )
-        view = self._cells.live(session_id, cell_id)
-        if view is None:
-            raise RemoteProtocolError(
-                f"code-mode host closed unknown cell {cell_id} in session {session_id}"
-            )
+        view = self._live_view(session_id, cell_id, "closed")
         view.closed = True
         self._calls.cell_closed(view)
         self._events.append(CellEnded(session_id=session_id, cell_id=cell_id))
         self._cells.forget_if_done(view)
+
+    def _live_view(self, session_id: str, cell_id: str, what: str) -> CellView:
+        """The view of a live cell the host names, or a `RemoteProtocolError`."""
+        if session_id not in self._sessions:
+            raise RemoteProtocolError(
+                f"code-mode host {what} a cell of unknown session {session_id}"
+            )
+        view = self._cells.live(session_id, cell_id)
+        if view is None:
+            raise RemoteProtocolError(
+                f"code-mode host {what} unknown cell {cell_id} in session {session_id}"
+            )
+        return view
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -474,7 +448,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
 
     def _request(
         self,
-        kind: _Kind,
+        kind: Kind,
         request: HostRequest,
         *,
         internal: bool = False,
@@ -482,11 +456,11 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
     ) -> int:
         request_id = self._new_id() if request_id is None else request_id
         cell_id = request.cell_id if isinstance(request, Terminate) else ""
-        pending = _Pending(kind, request.session_id, cell_id, internal=internal)
+        pending = PendingOperation(kind, request.session_id, cell_id, internal=internal)
         try:
             self._queue(OperationRequest(id=request_id, request=request))
         except FrameTooLargeError:
-            if kind is _Kind.OPEN:
+            if kind is Kind.OPEN:
                 self._sessions.pop(pending.session_id, None)
             raise
         self._pending[request_id] = pending

@@ -1,0 +1,135 @@
+"""The limits of codemode's public API: a session's cell limits, a host's admission limits, and
+what `Session.cells()` reports about the cells that hold capacity (docs/limits.md).
+
+Each is a frozen `msgspec.Struct` with keyword-only fields (they travel on the wire as they are);
+`codemode` re-exports them.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from .errors import InvalidRequestError
+
+DEFAULT_HEAP_SIZE_BYTES = 256 << 20
+"""A cell's JavaScript heap when `CellLimits.max_heap_size_bytes` is None (docs/limits.md)."""
+DEFAULT_PENDING_OUTPUT_BYTES = 16 << 20
+"""A cell's undelivered output when `CellLimits.max_pending_output_bytes` is None."""
+MAX_PENDING_OUTPUT_BYTES = 60 << 20
+"""The highest pending output limit: all of it fits in one response frame."""
+DEFAULT_STORED_VALUE_BYTES = 16 << 20
+"""A session's stored values when `CellLimits.max_stored_value_bytes` is None."""
+
+
+class CellLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Limits shared by every cell of a session (docs/limits.md). `None` means the documented
+    default, never unbounded where that could take the host down; for `max_cpu_time_ms` it
+    means no CPU limit.
+
+    Parameters:
+        max_yield_time_ms: the longest observation window (execute and wait alike).
+        max_heap_size_bytes: the most each cell's JavaScript heap may hold (default
+            `DEFAULT_HEAP_SIZE_BYTES`); the allocation past it fails the cell.
+        max_cpu_time_ms: CPU time each cell may use; past it the cell ends by itself with
+            `exec cell exceeded its CPU time limit of N ms`, its stored values uncommitted.
+        max_pending_output_bytes: output a cell may hold undelivered (default
+            `DEFAULT_PENDING_OUTPUT_BYTES`, at most `MAX_PENDING_OUTPUT_BYTES`); past it
+            `text()` and `image()` throw a catchable `Error`.
+        max_stored_value_bytes: what the session's stored values may take, keys and JSON
+            texts (default `DEFAULT_STORED_VALUE_BYTES`); past it `store()` throws.
+    """
+
+    max_yield_time_ms: int | None = None
+    max_heap_size_bytes: int | None = None
+    max_cpu_time_ms: int | None = None
+    max_pending_output_bytes: int | None = None
+    max_stored_value_bytes: int | None = None
+
+    def problem(self) -> str | None:
+        """What makes these limits invalid, or None if they are valid."""
+        if self.max_yield_time_ms is not None and self.max_yield_time_ms < 0:
+            return f"max_yield_time_ms must not be negative, got {self.max_yield_time_ms}"
+        for name in ("max_heap_size_bytes", "max_cpu_time_ms", "max_stored_value_bytes"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                return f"{name} must be positive, got {value}"
+        output = self.max_pending_output_bytes
+        if output is not None and not 0 < output <= MAX_PENDING_OUTPUT_BYTES:
+            return (
+                f"max_pending_output_bytes must be between 1 and {MAX_PENDING_OUTPUT_BYTES},"
+                f" got {output}"
+            )
+        return None
+
+    def heap_size_bytes(self) -> int:
+        """The heap limit in force: the given one, or the default."""
+        return self.max_heap_size_bytes or DEFAULT_HEAP_SIZE_BYTES
+
+    def pending_output_bytes(self) -> int:
+        """The pending output limit in force: the given one, or the default."""
+        return self.max_pending_output_bytes or DEFAULT_PENDING_OUTPUT_BYTES
+
+    def stored_value_bytes(self) -> int:
+        """The stored values limit in force: the given one, or the default."""
+        return self.max_stored_value_bytes or DEFAULT_STORED_VALUE_BYTES
+
+    def checked(self) -> CellLimits:
+        """These limits, if they are valid (every provider and the host check them so).
+
+        Raises:
+            InvalidRequestError: `invalid code-mode session execution limits: <problem>`.
+        """
+        problem = self.problem()
+        if problem is not None:
+            raise InvalidRequestError(f"invalid code-mode session execution limits: {problem}")
+        return self
+
+
+class AdmissionLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How much work one host connection (or one in-process provider) takes at once; past a
+    bound the work is refused with an `AdmissionError` (`docs/limits-admission.md`).
+
+    Parameters:
+        max_requests_in_flight: requests a host connection serves at once (a wire notion:
+            the in-process provider has none).
+        max_active_cells: cells running, draining or terminating at once, every session
+            together; a completed cell whose result nobody collected holds no slot.
+        max_pending_delegate_calls: tool calls and notifications in flight at once; a call
+            past it rejects its JavaScript promise at once and never reaches the delegate.
+        max_uncollected_results: completed cells of one session whose result nobody
+            collected; past it, that session's executes are refused until one is collected.
+    """
+
+    max_requests_in_flight: int = 256
+    max_active_cells: int = 128
+    max_pending_delegate_calls: int = 1024
+    max_uncollected_results: int = 64
+
+    def __post_init__(self) -> None:
+        for name in self.__struct_fields__:
+            if getattr(self, name) < 1:
+                raise InvalidRequestError(
+                    f"invalid code-mode admission limits: {name} must be at least 1"
+                )
+
+
+class CellInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One live cell of a session, as `Session.cells()` reports it (for capacity).
+
+    Parameters:
+        cell_id: its id, as the session's other operations take it.
+        phase: its lifecycle state (`codemode_host.runtime.LIFECYCLE`): `running`,
+            `draining notifications`, `completed` (its result waits to be collected),
+            `completed, claimed`, `terminating` or `terminated`.
+        age_s: seconds since it was admitted.
+        pending_tool_calls: its tool calls not answered yet.
+        buffered_output_bytes: the size of its output no observation took yet.
+        cpu_time_ms: the CPU time its JavaScript used so far, as the engine reports it.
+    """
+
+    cell_id: str
+    phase: str
+    age_s: float
+    pending_tool_calls: int
+    buffered_output_bytes: int
+    cpu_time_ms: float
