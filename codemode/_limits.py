@@ -87,7 +87,7 @@ class CellLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 
 class AdmissionLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """How much work one host connection (or one in-process provider) takes at once; past a
-    bound the work is refused with an `AdmissionError` (`docs/limits-admission.md`).
+    bound the work is refused with an `AdmissionError` (`docs/limits.md`).
 
     Parameters:
         max_requests_in_flight: requests a host connection serves at once (a wire notion:

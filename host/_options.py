@@ -52,7 +52,7 @@ def add_admission_options(parser: argparse.ArgumentParser) -> None:
     """Add `--max-requests-in-flight`, `--max-active-cells`, `--max-pending-delegate-calls`
     and `--max-uncollected-results` to `parser`, in a group of their own."""
     group = parser.add_argument_group(
-        "admission", "how much work the host takes at once (docs/limits-admission.md)"
+        "admission", "how much work the host takes at once (docs/limits.md)"
     )
     for name, text in _OPTIONS:
         default = getattr(_DEFAULTS, name)
