@@ -229,3 +229,20 @@ async def test_cpu_time_is_reported_by_the_engine(engine: Engine) -> None:
     )
     assert run.error == "exec cell exceeded its CPU time limit of 10 ms"
     await trio.testing.wait_all_tasks_blocked()
+
+
+async def test_the_inventory_reports_the_cpu_time_the_engine_measured(session: Session) -> None:
+    delegate = RecordingDelegate()
+    delegate.hold_tools = True
+    source = "const until = Date.now() + 30; while (Date.now() < until) {} await tools.echo({});"
+    with trio.fail_after(30):
+        started = await execute(session, delegate, source, tools=[tool("echo")])
+        started.release()
+        await delegate.until(lambda: len(delegate.invocations) == 1)
+        # The turn that made the call has ended once the delegate saw the call; its Idle event
+        # (with the CPU time) may still be on its way to the cell's task.
+        while not (cells := await session.cells()) or cells[0].cpu_time_ms == 0:
+            await trio.testing.wait_all_tasks_blocked()
+        await session.terminate("1")
+    print(f"cpu_time_ms={cells[0].cpu_time_ms}")
+    assert cells[0].cpu_time_ms >= 20
