@@ -246,3 +246,25 @@ async def test_the_inventory_reports_the_cpu_time_the_engine_measured(session: S
         await session.terminate("1")
     print(f"cpu_time_ms={cells[0].cpu_time_ms}")
     assert cells[0].cpu_time_ms >= 20
+
+
+async def test_terminate_returns_soon_from_a_native_call_that_ignores_interrupts(
+    session: Session,
+) -> None:
+    # A typed-array sort runs in C without polling the interrupt flag (about 2 s here): the
+    # termination abandons its turn, and the session serves the next cell at once.
+    source = """
+        const numbers = new Float64Array(1e7).map(Math.random);
+        text("sorting"); yield_control(); numbers.sort(); text("sorted");
+    """
+    with trio.fail_after(30):
+        started = await execute(session, RecordingDelegate(), source)
+        first = await started.initial_response()
+        begun = trio.current_time()
+        outcome = await session.terminate("1")
+        took = trio.current_time() - begun
+        await still_serves(session)
+    print(f"terminate returned after {took:.3f} s")
+    assert texts(first) == ["sorting"]
+    assert outcome == LiveCell(response=Terminated(cell_id="1", content_items=[]))
+    assert took < 1.0

@@ -90,6 +90,11 @@ from ._phases import (
 
 logger = logging.getLogger("codemode.runtime")
 
+ABANDON_AFTER = 0.5
+"""Seconds a terminated cell's JavaScript has to stop before its turn is abandoned: a native
+call that does not poll the interrupt flag (a huge typed-array sort) runs on, on its worker,
+and its runtime is freed when it returns; the termination goes on without it."""
+
 
 class _Initial(enum.Enum):
     PENDING = "pending"
@@ -150,6 +155,7 @@ class RuntimeCell:
         self._completion_error: str | None = None
         self._claimed = trio.Event()
         self._terminated: Terminated | None = None
+        self._js_wait = trio.CancelScope()  # given a deadline by a termination
 
     @property
     def cpu_time_ms(self) -> float:
@@ -364,6 +370,7 @@ class RuntimeCell:
         self._frontier.drop()
         if self._js_running:
             self._engine_cell.interrupt()
+            self._js_wait.deadline = trio.current_time() + ABANDON_AFTER
         self._calls.cancel(reason)
         self._wake_observer()
 
@@ -393,17 +400,24 @@ class RuntimeCell:
     async def _run_javascript(self) -> Finished:
         async with trio.open_nursery() as timers:
             try:
-                while True:
-                    events = await self._engine_cell.next_events()
-                    now = trio.current_time()
-                    for event in events:
-                        if isinstance(event, Finished):
-                            return event
-                        self._handle(event, now, timers)
+                with self._js_wait:
+                    while True:
+                        events = await self._engine_cell.next_events()
+                        now = trio.current_time()
+                        for event in events:
+                            if isinstance(event, Finished):
+                                return event
+                            self._handle(event, now, timers)
+                logger.warning(
+                    "exec cell %s did not stop within %.1f s of its termination (a native call"
+                    " that does not poll interrupts): its turn is abandoned",
+                    self.cell_id,
+                    ABANDON_AFTER,
+                )
+                return Finished(Outcome.INTERRUPTED, None)
             finally:
                 self._js_running = False
                 timers.cancel_scope.cancel()
-        raise AssertionError("unreachable")  # pragma: no cover
 
     def _handle(self, event: CellEvent, now: float, timers: trio.Nursery) -> None:
         observer = self._observer
