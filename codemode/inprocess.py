@@ -24,7 +24,7 @@ from codemode_host.runtime import RuntimeSession
 
 from ._api import CellLimits, ExecuteRequest, SessionDelegate, StartedCell, WaitOutcome, WaitRequest
 from ._trio import RunOnce, open_service_nursery
-from .errors import ProviderClosedError, SessionShuttingDownError
+from .errors import ProviderClosedError, SessionShuttingDownError, check_platform
 
 SHUTDOWN_TIMEOUT = 5.0
 """Seconds the provider's exit waits for its sessions to shut down before cancelling them."""
@@ -147,8 +147,10 @@ async def open_in_process_provider() -> AsyncIterator[InProcessProvider]:
     threads are joined. The shutdown is shielded and bounded by SHUTDOWN_TIMEOUT.
 
     Error handling: an exception raised in the block leaves it as itself (never wrapped in an
-    `ExceptionGroup`).
+    `ExceptionGroup`). On a system other than Linux, entering the block raises
+    `UnsupportedPlatformError`.
     """
+    check_platform()
     async with open_engine() as engine, open_service_nursery() as nursery:
         provider = InProcessProvider(engine, nursery)
         try:

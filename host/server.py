@@ -50,6 +50,8 @@ async def serve_connection(
     send: trio.abc.SendStream,
     *,
     parent_pidfd: int | None = None,
+    workers: int | None = None,
+    max_workers: int | None = None,
 ) -> int:
     """Serve the protocol on one stream pair until the client goes away; the exit status.
 
@@ -58,6 +60,8 @@ async def serve_connection(
         send: where the host's frames go.
         parent_pidfd: a pidfd of the client's process: when it dies the host stops serving as
             if the client had closed the stream (DESIGN section 3).
+        workers: native engine worker threads to start with (None: one per core).
+        max_workers: the most engine worker threads the pool grows to (None: the default).
     """
     connection = HostConnection()
     wire = FrameWriter(send, connection.data_to_send)
@@ -70,7 +74,11 @@ async def serve_connection(
         write_failed = True
         outer.cancel_scope.cancel()
 
-    async with open_engine() as engine, trio.open_nursery() as outer:
+    engine_options = {} if max_workers is None else {"max_workers": max_workers}
+    async with (
+        open_engine(workers=workers, **engine_options) as engine,
+        trio.open_nursery() as outer,
+    ):
         outer.start_soon(wire.run, writer_failed)
         async with trio.open_nursery() as work:
             requests = Requests(engine, connection, work, wire.flush)
