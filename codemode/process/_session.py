@@ -17,7 +17,9 @@ Rules:
 
 from __future__ import annotations
 
+import collections
 import logging
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -121,6 +123,7 @@ class ProcessSession:
         self._shutdown = RunOnce()
         self._bind_lock = trio.Lock()
         self._terminating: set[str] = set()
+        self._dropped: collections.deque[Callable[[], None]] = collections.deque()
 
     @property
     def is_alive(self) -> bool:
@@ -189,6 +192,7 @@ class ProcessSession:
             cell_id,
             partial(self._initial_response, binding, request_id, cell_id),
             partial(binding.link.release_initial, request_id),
+            self._dropped,
         )
 
     async def _initial_response(
@@ -212,6 +216,7 @@ class ProcessSession:
 
     async def wait(self, request: WaitRequest) -> WaitOutcome:
         """Observe a cell. Output a cancelled observation took is kept for the next one."""
+        StartedCell._release_dropped(self._dropped)
         binding = await self._bind()
         wire_id = binding.wire_id(request.cell_id)
         result = await binding.link.wait(binding.session_id, wire_id, request.yield_time_ms)

@@ -12,6 +12,9 @@ Rules:
 
 from __future__ import annotations
 
+import collections
+from collections.abc import Callable
+
 import trio
 from codemode_host.engine import CellTool, Engine
 
@@ -59,6 +62,7 @@ class RuntimeSession:
         self._alive = True
         self._next_cell = 1
         self._cells: dict[str, RuntimeCell] = {}
+        self._dropped: collections.deque[Callable[[], None]] = collections.deque()
         self._stored: dict[str, bytes] = {}
 
     @property
@@ -106,7 +110,9 @@ class RuntimeSession:
         )
         self._cells[cell_id] = cell
         self._nursery.start_soon(cell.run)
-        return StartedCell._create(cell_id, cell.initial_response, cell.release_initial_observer)
+        return StartedCell._create(
+            cell_id, cell.initial_response, cell.release_initial_observer, self._dropped
+        )
 
     async def wait(self, request: WaitRequest) -> WaitOutcome:
         """Observe a cell for up to `request.yield_time_ms` (grace and clamp applied).
@@ -120,6 +126,7 @@ class RuntimeSession:
             ObserverBusyError: another observation of the cell is in progress.
             SessionShuttingDownError: shutdown has begun.
         """
+        StartedCell._release_dropped(self._dropped)
         cell = self._cells.get(request.cell_id)
         if (
             not self._alive
