@@ -318,11 +318,14 @@ class StartedCell:
     the output.
     """
 
-    __slots__ = ("__weakref__", "_initial_response", "_release", "cell_id")
+    __slots__ = ("__weakref__", "_initial_response", "_release", "_settled", "cell_id")
 
     cell_id: CellId
     _initial_response: Callable[[], Awaitable[RuntimeResponse]]
     _release: Callable[[], None]
+    _settled: list[bool]
+    """[True] once the initial response was awaited or released: then dropping the object has
+    nothing left to release (shared with the finalizer, which cannot see the object)."""
 
     def __init__(self) -> None:
         raise TypeError("StartedCell has no public constructor: Session.execute makes it")
@@ -345,8 +348,9 @@ class StartedCell:
         started.cell_id = cell_id
         started._initial_response = initial_response
         started._release = release
+        started._settled = settled = [False]
         token = trio.lowlevel.current_trio_token()
-        weakref.finalize(started, _release_soon, token, release, dropped)
+        weakref.finalize(started, _release_soon, token, release, dropped, settled)
         return started
 
     @staticmethod
@@ -370,11 +374,13 @@ class StartedCell:
             RuntimeEndedError: the cell went away without answering.
             CodeModeError: the initial response was already taken or released.
         """
+        self._settled[0] = True
         return await self._initial_response()
 
     def release(self) -> None:
         """Give the initial observation up without ending the cell (idempotent; no effect once
         the initial response is being awaited or was taken)."""
+        self._settled[0] = True
         self._release()
 
     async def __aenter__(self) -> StartedCell:
@@ -388,10 +394,17 @@ class StartedCell:
 
 
 def _release_soon(
-    token: Any, release: Callable[[], None], dropped: collections.deque[Callable[[], None]] | None
+    token: Any,
+    release: Callable[[], None],
+    dropped: collections.deque[Callable[[], None]] | None,
+    settled: list[bool],
 ) -> None:
     # A finalizer may run at any point of any thread: it only schedules the release, and
     # leaves it where the session's next observation runs it first (`_release_dropped`).
+    # Nothing to do for a cell whose initial response was taken: the host drops one such
+    # StartedCell per cell, and queueing their releases kept every cell alive (the soak).
+    if settled[0]:
+        return
     import trio
 
     if dropped is not None:

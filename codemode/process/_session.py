@@ -175,6 +175,7 @@ class ProcessSession:
 
         Cancelled before it returns, the cell (if the host admitted it) is terminated.
         """
+        StartedCell._release_dropped(self._dropped)  # keeps the deque short between waits
         binding = await self._bind()
         try:
             result, request_id = await binding.link.execute(

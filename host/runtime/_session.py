@@ -80,6 +80,7 @@ class RuntimeSession:
         Raises:
             SessionShuttingDownError: shutdown has begun.
         """
+        StartedCell._release_dropped(self._dropped)  # keeps the deque short between waits
         await trio.lowlevel.checkpoint()
         if not self._alive:
             raise SessionShuttingDownError()
