@@ -9,6 +9,7 @@ command's later starts exec the real host. Every test is bounded by `trio.fail_a
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -70,10 +71,10 @@ async def test_a_host_that_fails_its_handshake(
 
 
 FUZZ = settings(
-    max_examples=60,
+    max_examples=int(os.environ.get("CODEMODE_FUZZ_EXAMPLES", "60")),
     deadline=None,
     database=None,
-    derandomize=True,
+    derandomize="CODEMODE_FUZZ_EXAMPLES" not in os.environ,
     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

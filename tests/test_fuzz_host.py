@@ -14,6 +14,7 @@ host (a fresh connection) must complete the probe.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,14 +52,16 @@ from codemode.protocol import (
 )
 from tests.frames import receive_message
 
-EXAMPLES = 40
+EXAMPLES = int(os.environ.get("CODEMODE_FUZZ_EXAMPLES", "40"))
+"""Examples per fuzz test: 40 in the suite, more with `nox -s fuzz`."""
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
     database=None,
     # No explain phase: it re-runs a failing example hundreds of times (minutes of hosts).
     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
-    derandomize=True,  # a fixed sequence: a failure reproduces on every run
+    # A fixed sequence in the suite (a failure reproduces on every run); `nox -s fuzz` explores.
+    derandomize="CODEMODE_FUZZ_EXAMPLES" not in os.environ,
     suppress_health_check=[HealthCheck.too_slow],
 )
 EXAMPLE_BOUND = 20.0
