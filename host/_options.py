@@ -6,7 +6,8 @@ Rules:
 2. A bad option prints one line saying what is wrong, on stderr, and exits with status 2
    (argparse's convention); nothing is read from stdin before the options are good.
 3. The host runs only on Linux (it needs eventfd, pidfd and `F_SETPIPE_SZ`): elsewhere it exits
-   with status 2 and one line saying so, before it touches the engine.
+   with status 2 and one line saying so, before it reads a frame (where the engine's extension
+   could be built at all).
 """
 
 from __future__ import annotations
