@@ -49,7 +49,11 @@ EXTRAS = {
 }
 """QuickJS-ng's non-standard names on reachable objects, reviewed: V8 (the reference's engine)
 has the Error ones too; `Function.prototype.fileName` and friends give a function's source
-position. None reaches beyond the cell (CallSite `getFunction` is neutered by the prelude)."""
+position. None reaches beyond the cell (CallSite `getFunction` is neutered by the prelude).
+Beside them the pinned surface holds TC39 proposals QuickJS-ng ships early (`Iterator.zip`,
+`Iterator.prototype.chunks` / `windows`, `Math.sumPrecise`, `Map.prototype.getOrInsert`,
+immutable `ArrayBuffer`s, `JSON.rawJSON`, `Uint8Array.fromBase64`, `RegExp.escape`,
+`Error.isError`): pure computation, kept."""
 
 HOST_NAMES = [
     "require", "process", "module", "exports", "std", "os", "print", "console", "scriptArgs",
