@@ -1,4 +1,4 @@
-"""Development sessions: tests, lint, typecheck, bench, mindeps.
+"""Development sessions: tests, lint, typecheck, bench, mindeps, fuzz.
 
 Each session installs the project with its dev extras into its own virtual environment.
 """
@@ -42,6 +42,21 @@ def bench(session: nox.Session) -> None:
     session.install("-e", ".[dev]")
     for script in sorted(Path("benchmarks").glob("*_bench.py")):
         session.run("python", str(script))
+
+
+@nox.session
+def fuzz(session: nox.Session) -> None:
+    """The wire fuzz tests with many more examples, and a fresh random seed each run (the
+    suite runs a fixed sequence of 40-60). `nox -s fuzz -- -x` stops at the first failure."""
+    session.install("-e", ".[dev]")
+    session.run(
+        "pytest",
+        "-s",
+        "tests/test_fuzz_host.py",
+        "tests/test_fuzz_client.py",
+        *session.posargs,
+        env={"CODEMODE_FUZZ_EXAMPLES": session.env.get("CODEMODE_FUZZ_EXAMPLES", "500")},
+    )
 
 
 def _lower_bounds() -> list[str]:

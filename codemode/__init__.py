@@ -50,6 +50,7 @@ from .errors import RuntimeEndedError as RuntimeEndedError
 from .errors import SessionShuttingDownError as SessionShuttingDownError
 from .errors import StaleGenerationError as StaleGenerationError
 from .errors import ToolError as ToolError
+from .errors import UnsupportedPlatformError as UnsupportedPlatformError
 from .protocol import MAX_FRAME_BYTES as MAX_FRAME_BYTES
 
 __all__ = [
@@ -99,6 +100,7 @@ __all__ = [
     "ToolName",
     "ToolOutput",
     "Toolbox",
+    "UnsupportedPlatformError",
     "WaitOutcome",
     "WaitRequest",
     "Yielded",

@@ -10,6 +10,7 @@ providers each implement `Session`; the application implements `SessionDelegate`
 
 from __future__ import annotations
 
+import collections
 import enum
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Protocol, TypeAlias
@@ -311,11 +312,14 @@ class StartedCell:
     the output.
     """
 
-    __slots__ = ("__weakref__", "_initial_response", "_release", "cell_id")
+    __slots__ = ("__weakref__", "_initial_response", "_release", "_settled", "cell_id")
 
     cell_id: CellId
     _initial_response: Callable[[], Awaitable[RuntimeResponse]]
     _release: Callable[[], None]
+    _settled: list[bool]
+    """[True] once the initial response was awaited or released: then dropping the object has
+    nothing left to release (shared with the finalizer, which cannot see the object)."""
 
     def __init__(self) -> None:
         raise TypeError("StartedCell has no public constructor: Session.execute makes it")
@@ -326,7 +330,10 @@ class StartedCell:
         cell_id: CellId,
         initial_response: Callable[[], Awaitable[RuntimeResponse]],
         release: Callable[[], None],
+        dropped: collections.deque[Callable[[], None]] | None = None,
     ) -> StartedCell:
+        """`dropped`: where the finalizer also puts `release`, for the session to run it
+        before its next observation (`_release_dropped`)."""
         import weakref
 
         import trio
@@ -335,8 +342,23 @@ class StartedCell:
         started.cell_id = cell_id
         started._initial_response = initial_response
         started._release = release
-        weakref.finalize(started, _release_soon, trio.lowlevel.current_trio_token(), release)
+        started._settled = settled = [False]
+        token = trio.lowlevel.current_trio_token()
+        weakref.finalize(started, _release_soon, token, release, dropped, settled)
         return started
+
+    @staticmethod
+    def _release_dropped(dropped: collections.deque[Callable[[], None]]) -> None:
+        """Run the releases of a session's `StartedCell`s dropped since the last call.
+
+        A session calls it before an observation: the finalizer's scheduled release runs
+        only at a later checkpoint, and a `wait` attaches its observer before its first
+        checkpoint, so it found a dropped cell's initial observation still held
+        (`ObserverBusyError`; `test_dropping_the_started_cell_frees_the_observer_slot` failed
+        about one run in ten). Releases are idempotent: the scheduled one then does nothing.
+        """
+        while dropped:
+            dropped.popleft()()
 
     async def initial_response(self) -> RuntimeResponse:
         """The first observation: Yielded, Completed or Terminated.
@@ -346,11 +368,13 @@ class StartedCell:
             RuntimeEndedError: the cell went away without answering.
             CodeModeError: the initial response was already taken or released.
         """
+        self._settled[0] = True
         return await self._initial_response()
 
     def release(self) -> None:
         """Give the initial observation up without ending the cell (idempotent; no effect once
         the initial response is being awaited or was taken)."""
+        self._settled[0] = True
         self._release()
 
     async def __aenter__(self) -> StartedCell:
@@ -363,10 +387,22 @@ class StartedCell:
         return f"StartedCell(cell_id={self.cell_id!r})"
 
 
-def _release_soon(token: Any, release: Callable[[], None]) -> None:
-    # A finalizer may run at any point of any thread: it only schedules the release.
+def _release_soon(
+    token: Any,
+    release: Callable[[], None],
+    dropped: collections.deque[Callable[[], None]] | None,
+    settled: list[bool],
+) -> None:
+    # A finalizer may run at any point of any thread: it only schedules the release, and
+    # leaves it where the session's next observation runs it first (`_release_dropped`).
+    # Nothing to do for a cell whose initial response was taken: the host drops one such
+    # StartedCell per cell, and queueing their releases kept every cell alive (the soak).
+    if settled[0]:
+        return
     import trio
 
+    if dropped is not None:
+        dropped.append(release)  # atomic: a deque needs no lock for append and popleft
     try:
         token.run_sync_soon(release)
     except trio.RunFinishedError:

@@ -12,6 +12,7 @@
     ├── AdmissionError               the host refused more work for now
     ├── HostLostError                the host died, broke the protocol or failed to start
     │                                (the cause is chained when there is one)
+    ├── UnsupportedPlatformError     a provider was opened on a system other than Linux
     └── ToolError                    raised by a delegate's `invoke_tool` to reject the JS
                                      promise with its text
 
@@ -26,6 +27,7 @@ callers may compare `str(error)` with the reference's texts.
 from __future__ import annotations
 
 import enum
+import sys
 
 
 class CodeModeError(Exception):
@@ -112,6 +114,29 @@ class HostLostError(CodeModeError):
     a new host (and the session's next generation). When the host wrote to stderr before it
     was lost, the text ends with its last lines.
     """
+
+
+class UnsupportedPlatformError(CodeModeError):
+    """A provider (or the host program) was started on a system other than Linux.
+
+    codemode's providers need Linux: eventfd (the engine's wake-ups), pidfd (the host watches
+    its client) and `F_SETPIPE_SZ`. The pure parts (value types, the sans-IO protocol, the
+    model layer's formatting) import anywhere.
+    """
+
+    def __init__(self, platform: str) -> None:
+        super().__init__(
+            f"codemode runs only on Linux (it needs eventfd, pidfd and F_SETPIPE_SZ);"
+            f" this system is {platform!r}"
+        )
+        self.platform = platform
+
+
+def check_platform(platform: str | None = None) -> None:
+    """Raise `UnsupportedPlatformError` unless `platform` (default `sys.platform`) is Linux."""
+    platform = sys.platform if platform is None else platform
+    if not platform.startswith("linux"):
+        raise UnsupportedPlatformError(platform)
 
 
 class ToolError(CodeModeError):

@@ -38,7 +38,7 @@ from ._api import (
     WaitRequest,
 )
 from ._trio import RunOnce, open_service_nursery
-from .errors import ProviderClosedError, SessionShuttingDownError
+from .errors import ProviderClosedError, SessionShuttingDownError, check_platform
 
 SHUTDOWN_TIMEOUT = 5.0
 """Seconds the provider's exit waits for its sessions to shut down before cancelling them."""
@@ -219,8 +219,10 @@ async def open_in_process_provider(
     threads are joined. The shutdown is shielded and bounded by SHUTDOWN_TIMEOUT.
 
     Error handling: an exception raised in the block leaves it as itself (never wrapped in an
-    `ExceptionGroup`).
+    `ExceptionGroup`). On a system other than Linux, entering the block raises
+    `UnsupportedPlatformError`.
     """
+    check_platform()
     limits = admission or AdmissionLimits()
     async with (
         open_engine(max_workers=worker_ceiling(limits)) as engine,

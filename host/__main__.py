@@ -1,9 +1,12 @@
 """`codemode-host` / `python -m codemode_host`: serve the protocol on stdin and stdout.
 
+`codemode-host --help` describes the options (`_options.py`); a bad option exits with status 2
+before anything else happens.
+
 Protocol bytes are the only thing on stdout: the process keeps private copies of fds 0 and 1
 for the protocol and points fd 1 at stderr, so a stray `print()` (or C code writing to fd 1)
 lands in the log, never in the frames. Logs go to stderr (level from `CODEMODE_HOST_LOG`,
-default WARNING).
+default WARNING; `--log-level` overrides it).
 
 The host exits when stdin closes, and when its parent *process* exits, watched through a pidfd
 from the trio loop (also when the parent's stdin pipe stays open in another process). Not
@@ -19,10 +22,8 @@ import os
 import sys
 
 import trio
-from codemode_host._options import parse_admission
+from codemode_host._options import HostOptions, parse_options
 from codemode_host.server import serve_connection
-
-from codemode import AdmissionLimits
 
 _PIPE_SIZE = 1 << 20
 
@@ -58,19 +59,26 @@ def _grow_pipe(fd: int) -> None:
 
 
 async def _serve(
-    protocol_in: int, protocol_out: int, parent_pidfd: int | None, admission: AdmissionLimits
+    protocol_in: int, protocol_out: int, parent_pidfd: int | None, options: HostOptions
 ) -> int:
     receive = trio.lowlevel.FdStream(protocol_in)
     send = trio.lowlevel.FdStream(protocol_out)
     async with receive, send:
-        return await serve_connection(receive, send, parent_pidfd=parent_pidfd, admission=admission)
+        return await serve_connection(
+            receive,
+            send,
+            parent_pidfd=parent_pidfd,
+            workers=options.workers,
+            max_workers=options.max_workers,
+            admission=options.admission,
+        )
 
 
 def main() -> None:
-    admission = parse_admission(sys.argv[1:])
+    options = parse_options()
     logging.basicConfig(
         stream=sys.stderr,
-        level=os.environ.get("CODEMODE_HOST_LOG", "WARNING").upper(),
+        level=options.log_level,
         format="codemode-host %(levelname)s %(name)s: %(message)s",
     )
     parent_pidfd = _watch_parent()
@@ -81,7 +89,7 @@ def main() -> None:
     os.close(devnull)
     for fd in (protocol_in, protocol_out):
         _grow_pipe(fd)
-    status = trio.run(_serve, protocol_in, protocol_out, parent_pidfd, admission)
+    status = trio.run(_serve, protocol_in, protocol_out, parent_pidfd, options)
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown: the engine's threads are joined and the frames flushed.

@@ -1,16 +1,67 @@
-"""The admission options of `codemode-host`: parsed into an `AdmissionLimits`.
+"""The command line of `codemode-host`: its options, its `--help`, and the platform check.
 
-`add_admission_options` adds them to any `argparse.ArgumentParser` (the program's own parser
-takes them this way); `admission_from` reads them back. Each takes a positive integer; a bad
-value is argparse's one-line error and exit status 2.
+The admission options (`add_admission_options`) are parsed into an `AdmissionLimits`.
+
+Rules:
+1. The host is started by a client (the process provider), never by hand: every option has a
+   default that serves a client, and the program takes no positional argument.
+2. A bad option prints one line saying what is wrong, on stderr, and exits with status 2
+   (argparse's convention); nothing is read from stdin before the options are good.
+3. The host runs only on Linux (it needs eventfd, pidfd and `F_SETPIPE_SZ`): elsewhere it exits
+   with status 2 and one line saying so, before it reads a frame (where the engine's extension
+   could be built at all).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Sequence
+from typing import NoReturn
+
+import msgspec
+from codemode_host.engine import DEFAULT_MAX_WORKERS
 
 from codemode import AdmissionLimits
+from codemode.errors import UnsupportedPlatformError
+
+LOG_VARIABLE = "CODEMODE_HOST_LOG"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+DESCRIPTION = """\
+The codemode host: runs code-mode cells (JavaScript written by a model) in QuickJS-ng and
+serves the codemode wire protocol (length-prefixed msgpack frames) on stdin and stdout. It is
+started by codemode's process provider (codemode.open_process_provider), not by hand; it exits
+when stdin closes or when the client process that started it exits. Logs go to stderr.
+"""
+
+EPILOG = f"""\
+environment:
+  {LOG_VARIABLE}      default log level (one of {", ".join(LOG_LEVELS)}; default WARNING)
+  CODEMODE_HOST_PARENT   pid of the client process to watch (set by the process provider)
+
+See docs/protocol.md for the wire protocol and docs/security.md for what the host isolates.
+"""
+
+
+class HostOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """The parsed command line.
+
+    Parameters
+    ----------
+    log_level: the logging level name for stderr.
+    workers: native engine worker threads to start with (None: one per core).
+    max_workers: the most engine worker threads the pool grows to (None: the engine's
+        default, or `admission.max_active_cells` if higher).
+    admission: the admission limits of each connection.
+    """
+
+    log_level: str
+    workers: int | None
+    max_workers: int | None
+    admission: AdmissionLimits = AdmissionLimits()
+
 
 _DEFAULTS = AdmissionLimits()
 
@@ -42,10 +93,65 @@ def _positive(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
+
+
+def _level(text: str) -> str:
+    level = text.upper()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(LOG_LEVELS)}, got {text!r}")
+    return level
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad option is one line: the client that spawned the host logs its
+    stderr line by line, and a usage block would bury the reason."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("codemode")
+    except PackageNotFoundError:  # pragma: no cover - run from a source tree
+        installed = "unknown"
+    parser = _Parser(
+        prog="codemode-host",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {installed}")
+    parser.add_argument(
+        "--log-level",
+        type=_level,
+        default=None,
+        metavar="LEVEL",
+        help=f"log level on stderr (default: ${LOG_VARIABLE}, else WARNING)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="native engine worker threads to start with (default: one per core)",
+    )
+    parser.add_argument(
+        "--max-workers",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="the most engine worker threads the pool grows to while long-running cells "
+        f"hold the others (default: {DEFAULT_MAX_WORKERS})",
+    )
+    add_admission_options(parser)
+    return parser
 
 
 def add_admission_options(parser: argparse.ArgumentParser) -> None:
@@ -70,10 +176,30 @@ def admission_from(options: argparse.Namespace) -> AdmissionLimits:
     return AdmissionLimits(**{name: getattr(options, name) for name, _ in _OPTIONS})
 
 
-def parse_admission(argv: Sequence[str]) -> AdmissionLimits:
-    """Parse the admission options alone from `argv` (exits with status 2 on a bad one)."""
-    parser = argparse.ArgumentParser(
-        prog="codemode-host", description="Serve the code-mode host protocol on stdin/stdout."
+def parse_options(argv: Sequence[str] | None = None) -> HostOptions:
+    """The options of `argv` (default: `sys.argv[1:]`).
+
+    Raises:
+        SystemExit: status 0 after `--help` or `--version`; status 2 after a bad option or on
+            a platform other than Linux, with one line on stderr saying why.
+    """
+    parser = _parser()
+    arguments = parser.parse_args(argv)
+    if not sys.platform.startswith("linux"):
+        parser.exit(2, f"codemode-host: error: {UnsupportedPlatformError(sys.platform)}\n")
+    log_level = arguments.log_level
+    if log_level is None:
+        log_level = os.environ.get(LOG_VARIABLE, "WARNING").upper()
+        if log_level not in LOG_LEVELS:
+            parser.error(f"${LOG_VARIABLE}: expected one of {', '.join(LOG_LEVELS)}")
+    return HostOptions(
+        log_level=log_level,
+        workers=arguments.workers,
+        max_workers=arguments.max_workers,
+        admission=admission_from(arguments),
     )
-    add_admission_options(parser)
-    return admission_from(parser.parse_args(argv))
+
+
+def parse_admission(argv: Sequence[str]) -> AdmissionLimits:
+    """The admission limits of a command line (the other options at their defaults)."""
+    return parse_options(argv).admission

@@ -64,6 +64,8 @@ async def serve_connection(
     parent_pidfd: int | None = None,
     capabilities: Iterable[str] = CAPABILITIES,
     admission: AdmissionLimits | None = None,
+    workers: int | None = None,
+    max_workers: int | None = None,
 ) -> int:
     """Serve the protocol on one stream pair until the client goes away; the exit status.
 
@@ -76,6 +78,9 @@ async def serve_connection(
             older host).
         admission: the limits of this connection (default `AdmissionLimits()`), advertised
             in the handshake.
+        workers: native engine worker threads to start with (None: one per core).
+        max_workers: the most engine worker threads the pool grows to (None: the engine's
+            default, or the active-cell cap if higher).
     """
     admission = admission or AdmissionLimits()
     connection = HostConnection(supported_capabilities=capabilities, admission=admission)
@@ -89,8 +94,12 @@ async def serve_connection(
         write_failed = True
         outer.cancel_scope.cancel()
 
-    engine_context = open_engine(max_workers=worker_ceiling(admission))
-    async with engine_context as engine, trio.open_nursery() as outer:
+    if max_workers is None:  # spinning cells up to the cap never starve the others
+        max_workers = worker_ceiling(admission)
+    async with (
+        open_engine(workers=workers, max_workers=max_workers) as engine,
+        trio.open_nursery() as outer,
+    ):
         outer.start_soon(wire.run, writer_failed)
         async with trio.open_nursery() as work:
             requests = Requests(engine, connection, work, wire.flush, admission)

@@ -83,7 +83,10 @@ class _DurationCheckedSession:
         async def initial_response() -> RuntimeResponse:
             return _checked_response(await started.initial_response(), self._timed)
 
-        return StartedCell._create(started.cell_id, initial_response, started.release)
+        # The wrapped cell's own release, not its bound `release`: that would keep the wrapped
+        # StartedCell alive until the release scheduled by this one's finalizer ran, and its
+        # own finalizer (which lets the session's next wait release it first) with it.
+        return StartedCell._create(started.cell_id, initial_response, started._release)
 
     def _outcome(self, outcome: WaitOutcome) -> WaitOutcome:
         response = _checked_response(outcome.response, self._timed)

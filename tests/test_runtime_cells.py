@@ -391,6 +391,22 @@ async def test_dropping_the_started_cell_frees_the_observer_slot(
     assert texts(outcome) == ["kept"]
 
 
+async def test_a_wait_right_after_dropping_the_started_cell_observes_it(
+    session: Session, delegate: RecordingDelegate
+) -> None:
+    # The finalizer only schedules the release; a wait attaches before its first checkpoint,
+    # so it runs the dropped cells' releases first (it met ObserverBusyError before).
+    with trio.fail_after(10):
+        started = await execute(
+            session, delegate, 'text("kept"); notify("ready"); await new Promise(() => {})'
+        )
+        await delegate.until(lambda: len(delegate.notifications) == 1)
+        del started  # no checkpoint from here to the wait's attach
+        outcome = await session.wait(wait_request(yield_time_ms=1))
+        await session.terminate("1")
+    assert texts(outcome) == ["kept"]
+
+
 async def test_tool_exceptions_reject_the_promise(session: Session) -> None:
     async def behaviour(call: NestedToolCall) -> JsonValue:
         if call.input == {"kind": "tool-error"}:

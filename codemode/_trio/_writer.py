@@ -67,12 +67,16 @@ class FrameWriter:
         """Write what `flush` could not, until `close()`; a failed write calls `on_failure`
         and ends the task."""
         while True:
-            await self._queued.wait()
-            self._queued = trio.Event()
+            # Check before waiting: a `close()` that came while the task was writing set the
+            # event only once, and waiting for another one kept a host that refused a
+            # handshake or met a protocol error alive until its 5 s shutdown bound
+            # (tests/test_fuzz_host.py found it).
             self._take_queued()
             if not self._left:
                 if self._closing:
                     return
+                await self._queued.wait()
+                self._queued = trio.Event()
                 continue
             data, self._left = bytes(self._left), bytearray()
             self._writing = True

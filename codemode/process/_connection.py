@@ -165,6 +165,10 @@ class HostLink:
             reason = "timed out negotiating with the code-mode host"
         elif isinstance(answer, HandshakeRejected):
             reason = f"code-mode host rejected the handshake: {answer.reason!r}"
+        elif self.failure is not None and self.failure.__cause__ is not None:
+            # A frame that broke the protocol (or a failed read or write) names the cause;
+            # the exit status would be our own kill's, -9 (tests/test_fuzz_client.py).
+            reason = str(self.failure)
         elif process.returncode is not None:
             reason = f"code-mode host exited during handshake with status {process.returncode}"
         else:

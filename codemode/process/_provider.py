@@ -24,7 +24,7 @@ import trio
 
 from .._api import CellLimits
 from .._trio import CLEANUP_GRACE, open_service_nursery
-from ..errors import ProviderClosedError
+from ..errors import ProviderClosedError, check_platform
 from ._connection import CLOSE_TIMEOUT, HANDSHAKE_TIMEOUT, HostLink
 from ._host_process import default_host_command
 from ._session import ProcessSession
@@ -138,8 +138,10 @@ async def open_process_provider(
     reaped (killed if it has not exited 5 s later), shielded from cancellation; no zombie or
     orphan is left.
 
-    Error handling: an exception raised in the block leaves it as itself.
+    Error handling: an exception raised in the block leaves it as itself. On a system other
+    than Linux, entering the block raises `UnsupportedPlatformError`.
     """
+    check_platform()
     command = list(host_command) if host_command is not None else default_host_command()
     async with open_service_nursery() as nursery:
         provider = ProcessProvider(command, nursery, handshake_timeout)

@@ -19,7 +19,9 @@ Rules:
 
 from __future__ import annotations
 
+import collections
 import logging
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -141,6 +143,7 @@ class ProcessSession:
         self._shutdown = RunOnce()
         self._bind_lock = trio.Lock()
         self._terminating: set[str] = set()
+        self._dropped: collections.deque[Callable[[], None]] = collections.deque()
 
     @property
     def is_alive(self) -> bool:
@@ -194,6 +197,7 @@ class ProcessSession:
 
         Cancelled before it returns, the cell (if the host admitted it) is terminated.
         """
+        StartedCell._release_dropped(self._dropped)  # keeps the deque short between waits
         binding = await self._bind()
         try:
             result, request_id = await binding.link.execute(
@@ -211,6 +215,7 @@ class ProcessSession:
             cell_id,
             partial(self._initial_response, binding, request_id, cell_id),
             partial(binding.link.release_initial, request_id),
+            self._dropped,
         )
 
     async def _initial_response(
@@ -237,6 +242,7 @@ class ProcessSession:
 
     async def wait(self, request: WaitRequest) -> WaitOutcome:
         """Observe a cell. Output a cancelled observation took is kept for the next one."""
+        StartedCell._release_dropped(self._dropped)
         binding = await self._bind()
         wire_id = binding.wire_id(request.cell_id)
         result = await binding.link.wait(binding.session_id, wire_id, request.yield_time_ms)
@@ -252,6 +258,7 @@ class ProcessSession:
 
         Cancelled before it returns, the cell (if the host admitted it) is terminated.
         """
+        StartedCell._release_dropped(self._dropped)
         binding = await self._bind()
         binding.need(PENDING_FRONTIER_CAPABILITY, "the pending frontier")
         link = binding.link
@@ -278,6 +285,7 @@ class ProcessSession:
 
     async def wait_to_pending(self, cell_id: str) -> WaitOutcome:
         """Resume a cell and observe it to its next pending frontier, or its end."""
+        StartedCell._release_dropped(self._dropped)
         binding = await self._bind()
         binding.need(PENDING_FRONTIER_CAPABILITY, "the pending frontier")
         wire_id = binding.wire_id(cell_id)

@@ -372,6 +372,28 @@
     allTools[allTools.length] = { name, description };
   }
 
+  // ---- stack frames ----------------------------------------------------------------------
+
+  // QuickJS-ng's V8-style `Error.prepareStackTrace` hands cell code CallSite objects whose
+  // `getFunction()` returns the function of every frame, strict or not: from a timer callback
+  // that reached `dispatch` below (and let a cell settle its own tool calls with forged
+  // results), from a `toJSON` the helpers' own functions (tests/test_sandbox_surface.py). V8
+  // returns undefined for strict-mode frames, and every frame of a cell is strict (module
+  // code) or ours, so `getFunction` answers undefined here; the engine's own is dropped.
+  {
+    const errorCtor = ErrorCtor;
+    const previous = errorCtor.prepareStackTrace;
+    errorCtor.prepareStackTrace = (_error, sites) => sites;
+    const sites = new errorCtor().stack;
+    errorCtor.prepareStackTrace = previous;
+    Reflect.defineProperty(Object.getPrototypeOf(sites[0]), "getFunction", {
+      value: { getFunction() { return undefined; } }.getFunction,
+      writable: true,
+      enumerable: false,
+      configurable: true,
+    });
+  }
+
   // ---- the global object -----------------------------------------------------------------
 
   const added = {

@@ -17,6 +17,9 @@ Rules:
 
 from __future__ import annotations
 
+import collections
+from collections.abc import Callable
+
 import trio
 from codemode_host.engine import CellTool, Engine
 
@@ -78,6 +81,7 @@ class RuntimeSession:
         self._alive = True
         self._next_cell = 1
         self._cells: dict[str, RuntimeCell] = {}
+        self._dropped: collections.deque[Callable[[], None]] = collections.deque()
         self._stored: dict[str, bytes] = {}
 
     @property
@@ -95,6 +99,7 @@ class RuntimeSession:
         Raises:
             SessionShuttingDownError: shutdown has begun.
         """
+        StartedCell._release_dropped(self._dropped)  # keeps the deque short between waits
         await trio.lowlevel.checkpoint()
         cell = self._start(request, delegate, frontier=False)
 
@@ -103,7 +108,9 @@ class RuntimeSession:
             assert not isinstance(response, Pending), "only frontier observers get a Pending"
             return response
 
-        return StartedCell._create(cell.cell_id, initial_response, cell.release_initial_observer)
+        return StartedCell._create(
+            cell.cell_id, initial_response, cell.release_initial_observer, self._dropped
+        )
 
     async def execute_to_pending(
         self, request: ExecuteRequest, delegate: SessionDelegate
@@ -116,6 +123,7 @@ class RuntimeSession:
             SessionShuttingDownError: shutdown has begun.
             FrameLimitError: the cell's next output item alone exceeds the response budget.
         """
+        StartedCell._release_dropped(self._dropped)
         await trio.lowlevel.checkpoint()
         cell = self.start_to_pending(request, delegate)
         try:
@@ -214,6 +222,7 @@ class RuntimeSession:
     async def _observe(
         self, cell_id: str, window_ms: int | None, preemption: Preemption | None = None
     ) -> WaitOutcome:
+        StartedCell._release_dropped(self._dropped)
         cell = self._cells.get(cell_id)
         if (
             not self._alive

@@ -1,0 +1,165 @@
+"""The process provider against a host that misbehaves (`tests/fake_host.py`): it exits before
+or during the handshake, writes garbage, stalls mid-frame, or breaks after a few good frames
+with a cell and a tool call in flight.
+
+Each case: a clear `HostLostError` (never a hang, never another exception), each live cell gets
+exactly one `cell_closed`, and the next operation recovers on a fresh (real) host; the host
+command's later starts exec the real host. Every test is bounded by `trio.fail_after`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+import codemode
+from codemode import Completed, HostLostError, Session, Yielded
+from tests.delegates import RecordingDelegate
+from tests.sessions import LONG_MS, execute, run, texts, tool
+
+FAKE_HOST = Path(__file__).with_name("fake_host.py")
+BOUND = 30.0
+HANDSHAKE_TIMEOUT = 2.0
+"""Seconds a fake host that stalls in the handshake is given (the provider's option)."""
+
+FIGURES = {"garbage handshakes": 0}
+
+
+def fake_command(tmp: Path, mode: str, argument: str) -> list[str]:
+    counter = tmp / f"starts-{mode}-{argument[:16]}"
+    counter.unlink(missing_ok=True)
+    return [sys.executable, str(FAKE_HOST), mode, argument, str(counter),
+            *codemode.default_host_command()]  # fmt: skip
+
+
+async def _recovers(session: Session) -> None:
+    response = await run(session, RecordingDelegate(), "text('recovered')")
+    assert isinstance(response, Completed), response
+    assert texts(response) == ["recovered"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "argument", "reason"),
+    [
+        ("exit", "3", "code-mode host exited during handshake with status 3"),
+        ("exit-at-hello", "4", "code-mode host exited during handshake with status 4"),
+        ("half-ready", "", "timed out negotiating with the code-mode host"),
+        ("garbage", "05000000c1c1c1c1c1", "failed to read code-mode host message"),
+        ("garbage", "ffffffff", "failed to read code-mode host message"),
+        ("garbage", "00000000", "failed to read code-mode host message"),
+    ],
+)
+async def test_a_host_that_fails_its_handshake(
+    tmp_path: Path, mode: str, argument: str, reason: str
+) -> None:
+    command = fake_command(tmp_path, mode, argument)
+    with trio.fail_after(BOUND):
+        async with codemode.open_process_provider(
+            command, handshake_timeout=HANDSHAKE_TIMEOUT
+        ) as provider:
+            with pytest.raises(HostLostError) as lost:
+                await provider.create_session()
+            assert str(lost.value).startswith(reason), lost.value
+            # The next operation starts a new host (the real one) and works.
+            await _recovers(await provider.create_session())
+
+
+FUZZ = settings(
+    max_examples=int(os.environ.get("CODEMODE_FUZZ_EXAMPLES", "60")),
+    deadline=None,
+    database=None,
+    derandomize="CODEMODE_FUZZ_EXAMPLES" not in os.environ,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+
+@FUZZ
+@given(garbage=st.binary(min_size=1, max_size=48))
+async def test_garbage_instead_of_a_handshake_is_a_clear_error(
+    tmp_path: Path, garbage: bytes
+) -> None:
+    command = fake_command(tmp_path, "garbage", garbage.hex())
+    with trio.fail_after(BOUND):
+        async with codemode.open_process_provider(
+            command, handshake_timeout=HANDSHAKE_TIMEOUT
+        ) as provider:
+            with pytest.raises(HostLostError) as lost:
+                await provider.create_session()
+    text = str(lost.value)
+    assert text.startswith(
+        ("failed to read code-mode host message", "timed out negotiating with the code-mode host",
+         "code-mode host rejected the handshake", "code-mode host closed its stdout",
+         "code-mode host exited during handshake")
+    ), text  # fmt: skip
+    FIGURES["garbage handshakes"] += 1
+
+
+BROKEN_AFTER = 4
+"""Frames the proxy passes before it breaks: ready, session ready, execution started and the
+cell's tool call, so that a cell and a tool call are in flight."""
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [
+        ("garbage-after", "failed to read code-mode host message"),
+        ("exit-after", "code-mode host exited with status 7"),
+    ],
+)
+async def test_a_host_that_breaks_with_a_cell_in_flight(
+    tmp_path: Path, mode: str, reason: str
+) -> None:
+    command = fake_command(tmp_path, mode, str(BROKEN_AFTER))
+    delegate = RecordingDelegate()
+    delegate.hold_tools = True
+    with trio.fail_after(BOUND):
+        async with codemode.open_process_provider(command) as provider:
+            session = await provider.create_session()
+            started = await execute(
+                session, delegate, "text(await tools.slow({}))", tools=[tool("slow")]
+            )
+            with pytest.raises(HostLostError) as lost:
+                await started.initial_response()
+            assert str(lost.value).startswith(reason), lost.value
+            await delegate.until(lambda: delegate.closed == [started.cell_id])
+            assert delegate.cancelled_tools == ["tool-1"]
+            # The session's next operation reopens it on a new host (its next generation).
+            again = await execute(session, RecordingDelegate(), "text('recovered')")
+            assert again.cell_id == "g2:1"
+            response = await again.initial_response()
+            assert texts(response) == ["recovered"]
+        assert delegate.closed == [started.cell_id]
+
+
+async def test_a_host_that_stalls_mid_frame_is_given_up_on(tmp_path: Path) -> None:
+    # A host that stops in the middle of a frame looks like a slow one: the caller's own
+    # deadline ends the wait, and the provider's exit kills the host (shutdown_timeout).
+    command = fake_command(tmp_path, "half-after", str(BROKEN_AFTER))
+    delegate = RecordingDelegate()
+    with trio.fail_after(BOUND):
+        async with codemode.open_process_provider(command, shutdown_timeout=1.0) as provider:
+            session = await provider.create_session()
+            started = await execute(
+                session, delegate, "text(await tools.slow({}))", tools=[tool("slow")],
+                yield_time_ms=LONG_MS,
+            )  # fmt: skip
+            with trio.move_on_after(1.0) as gave_up:
+                await started.initial_response()
+            assert gave_up.cancelled_caught
+        assert delegate.closed == [started.cell_id]
+        # A new provider (the counter file now says: the real host) serves at once.
+        async with codemode.open_process_provider(command) as provider:
+            response = await run(await provider.create_session(), delegate, "text(1)")
+            assert isinstance(response, Completed | Yielded)
+            assert texts(response) == ["1"]
+
+
+def test_client_fuzz_figures() -> None:
+    print(f"client fuzz: {FIGURES}")
