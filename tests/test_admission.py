@@ -338,7 +338,8 @@ async def test_a_bad_admission_option_is_one_line_and_status_2() -> None:
         done = await trio.run_process(command, capture_stderr=True, check=False)
     assert done.returncode == 2
     assert done.stderr.decode().splitlines()[-1] == (
-        "codemode-host: error: argument --max-active-cells: must be at least 1, got 0"
+        "codemode-host: error: argument --max-active-cells: expected a positive integer,"
+        " got '0' (see codemode-host --help)"
     )
 
 
