@@ -13,6 +13,7 @@ import trio
 import trio.testing
 from codemode_host.engine import Engine, open_engine
 
+import codemode
 from codemode import (
     DEFAULT_HEAP_SIZE_BYTES,
     CellLimits,
@@ -268,3 +269,31 @@ async def test_terminate_returns_soon_from_a_native_call_that_ignores_interrupts
     assert texts(first) == ["sorting"]
     assert outcome == LiveCell(response=Terminated(cell_id="1", content_items=[]))
     assert took < 1.0
+
+
+async def test_a_hundred_thousand_tool_calls_at_once_are_contained(provider: Provider) -> None:
+    # The delegate answers each call at once; past the pending-call bound (1024) a call is
+    # rejected at once, and the host keeps serving this session and the others.
+    session = await provider.create_session()
+    other = await provider.create_session()
+    source = """
+        const calls = [];
+        for (let i = 0; i < 100000; i++) calls.push(tools.echo({ i }));
+        const results = await Promise.allSettled(calls);
+        const done = results.filter((r) => r.status === "fulfilled").length;
+        const refused = results.filter(
+            (r) => r.reason === "code-mode host has too many pending delegate calls"
+        ).length;
+        text(`${done + refused} ${refused > 0}`);
+    """
+    with trio.fail_after(120):
+        started = await execute(session, RecordingDelegate(), source, tools=[tool("echo")])
+        await still_serves(other)
+        response = await started.initial_response()
+        while isinstance(response, Yielded):
+            outcome = await session.wait(WaitRequest(cell_id="1", yield_time_ms=LONG_MS))
+            assert isinstance(outcome, LiveCell)
+            assert not isinstance(outcome.response, codemode.Pending)
+            response = outcome.response
+        await still_serves(session)
+    assert texts(response) == ["100000 true"]
