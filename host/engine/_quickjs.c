@@ -141,6 +141,7 @@ typedef struct cell {
     int64_t commands_taken; /* start, settle and fire-timer commands run so far (rule 7) */
     size_t heap_limit;
     size_t heap_used;
+    size_t heap_reserved; /* of the engine's heap budget, in chunks (heap_grew) */
     bool heap_enforced;
     int heap_exhausted; /* enum heap_exhaustion */
     size_t stack_limit;
@@ -378,6 +379,10 @@ static char *to_json_utf8(JSContext *ctx, JSValueConst value, size_t *len)
 /* ---------------------------------------------------------------------------------------- */
 /* The cell's heap: our allocator enforces the limit, so we know when it was hit.          */
 
+/* The engine-wide budget is counted in chunks each cell reserves, not per allocation: one
+   atomic operation per chunk instead of one per malloc on a counter all workers share. */
+#define HEAP_CHUNK ((size_t)1 << 20)
+
 /* Whether growing the cell's heap by `grow` bytes would pass its limit or the engine's budget;
    records which one (rule 8). */
 static bool heap_refuses(cell_t *c, size_t grow)
@@ -389,8 +394,10 @@ static bool heap_refuses(cell_t *c, size_t grow)
         return true;
     }
     engine_t *e = c->engine;
-    if (e->heap_budget &&
-        atomic_load_explicit(&e->heap_total, memory_order_relaxed) + grow > e->heap_budget) {
+    size_t needed = c->heap_used + grow;
+    if (e->heap_budget && needed > c->heap_reserved &&
+        atomic_load_explicit(&e->heap_total, memory_order_relaxed) + (needed - c->heap_reserved) >
+            e->heap_budget) {
         c->heap_exhausted = HEAP_HOST_BUDGET;
         return true;
     }
@@ -400,13 +407,29 @@ static bool heap_refuses(cell_t *c, size_t grow)
 static void heap_grew(cell_t *c, size_t bytes)
 {
     c->heap_used += bytes;
-    atomic_fetch_add_explicit(&c->engine->heap_total, bytes, memory_order_relaxed);
+    if (c->heap_used > c->heap_reserved) {
+        size_t chunk = c->heap_used - c->heap_reserved + HEAP_CHUNK;
+        atomic_fetch_add_explicit(&c->engine->heap_total, chunk, memory_order_relaxed);
+        c->heap_reserved += chunk;
+    }
 }
 
 static void heap_shrank(cell_t *c, size_t bytes)
 {
     c->heap_used -= bytes;
-    atomic_fetch_sub_explicit(&c->engine->heap_total, bytes, memory_order_relaxed);
+    if (c->heap_reserved - c->heap_used > 2 * HEAP_CHUNK) {
+        size_t spare = c->heap_reserved - c->heap_used - HEAP_CHUNK;
+        atomic_fetch_sub_explicit(&c->engine->heap_total, spare, memory_order_relaxed);
+        c->heap_reserved -= spare;
+    }
+}
+
+/* The runtime is freed: the cell gives back what it reserved of the budget. */
+static void heap_release(cell_t *c)
+{
+    atomic_fetch_sub_explicit(&c->engine->heap_total, c->heap_reserved, memory_order_relaxed);
+    c->heap_reserved = 0;
+    c->heap_used = 0;
 }
 
 static void *cell_calloc(void *opaque, size_t count, size_t size)
@@ -831,6 +854,7 @@ static void free_js(cell_t *c)
     JS_FreeRuntime(c->rt);
     c->rt = NULL;
     c->ctx = NULL;
+    heap_release(c);
 }
 
 static JSValue make_hooks(JSContext *ctx)
@@ -916,6 +940,7 @@ static void start_cell(cell_t *c, command_t *cmd)
     c->heap_enforced = true;
     c->rt = JS_NewRuntime2(&cell_malloc_functions, c);
     if (!c->rt) {
+        heap_release(c);
         finish(c, OUTCOME_ERROR, dup_bytes("InternalError: out of memory", 28), 28);
         return;
     }
@@ -930,6 +955,7 @@ static void start_cell(cell_t *c, command_t *cmd)
     if (!c->ctx) {
         JS_FreeRuntime(c->rt);
         c->rt = NULL;
+        heap_release(c);
         finish(c, OUTCOME_ERROR, dup_bytes("InternalError: out of memory", 28), 28);
         return;
     }
