@@ -68,7 +68,6 @@ from codemode import (
 from codemode.errors import (
     AlreadyTerminatingError,
     CodeModeError,
-    FrameLimitError,
     ObserverBusyError,
     RuntimeEndedError,
 )
@@ -77,7 +76,8 @@ from ._admission import Admission
 from ._callee import name_the_callee
 from ._calls import CellCalls
 from ._frontier import Frontier
-from ._observer import Observer, fitting, item_bytes
+from ._observer import Observer
+from ._output import CellOutput
 from ._phases import (
     ACTIVE,
     LIFECYCLE,
@@ -147,7 +147,7 @@ class RuntimeCell:
         )
         self._timers: dict[int, trio.CancelScope] = {}
         self._js_running = True
-        self._content: list[ContentItem] = []
+        self._output = CellOutput(cell_id, engine_cell, max_response_bytes)
         self._writes: dict[str, bytes] = {}
         self._initial: Observer | None = Observer(initial_window_ms, start_now=False)
         self._initial_state = _Initial.PENDING
@@ -174,7 +174,7 @@ class RuntimeCell:
             phase=self.lifecycle.value,
             age_s=max(0.0, now - self._admitted_at),
             pending_tool_calls=self._calls.pending_tools,
-            buffered_output_bytes=sum(item_bytes(item) for item in self._content),
+            buffered_output_bytes=self._output.size,
             cpu_time_ms=self.cpu_time_ms,
         )
 
@@ -265,7 +265,7 @@ class RuntimeCell:
             self._calls.release_held()
 
     def _mark_boundary(self, observer: Observer) -> None:
-        observer.mark_boundary(len(self._content))
+        observer.mark_boundary(len(self._output))
         self.watch = OBSERVATION.move(self.watch, WatchTrigger.BOUNDARY)
 
     def _response_for(self, observer: Observer) -> RuntimeResponse | Pending | None:
@@ -288,11 +288,11 @@ class RuntimeCell:
             return None  # a terminate took the completion: this observation ends at close
         if observer.frontier:
             if self.lifecycle is Lifecycle.RUNNING and self._frontier.undelivered:
-                items = self._take(len(self._content))
+                items = self._output.take(len(self._output))
                 return self._pending(items, self._frontier.deliver())
             return None
         if observer.expired(trio.current_time()):
-            return self._yielded(len(self._content))
+            return self._yielded(len(self._output))
         return None
 
     def _pending(self, items: list[ContentItem], tool_call_ids: list[str]) -> Pending:
@@ -300,35 +300,15 @@ class RuntimeCell:
             cell_id=self.cell_id, content_items=items, pending_tool_call_ids=tool_call_ids
         )
 
-    def _take(self, count: int) -> list[ContentItem]:
-        """The first of `count` items that fit the response budget (all of them without one)."""
-        fit = fitting(self._content, count, self._budget)
-        if fit == 0 and count > 0:
-            raise FrameLimitError(
-                f"code-mode observation of exec cell {self.cell_id} exceeds the IPC frame limit:"
-                f" its next output item takes {item_bytes(self._content[0])} bytes; it stays"
-                " in the cell"
-            )
-        items = self._content[:fit]
-        del self._content[:fit]
-        self._taken(items)
-        return items
-
-    def _taken(self, items: list[ContentItem]) -> None:
-        """The items leave the cell: room under its pending output limit."""
-        if items:
-            self._engine_cell.output_taken(sum(item_bytes(item) for item in items))
-
     def _yielded(self, count: int) -> Yielded:
-        return Yielded(cell_id=self.cell_id, content_items=self._take(count))
+        return Yielded(cell_id=self.cell_id, content_items=self._output.take(count))
 
     def _take_completion(self, budget: int | None) -> Completed | Yielded:
-        if fitting(self._content, len(self._content), budget) < len(self._content):
-            return self._yielded(len(self._content))  # the rest, and the completion, follow
+        if not self._output.fits(budget):
+            return self._yielded(len(self._output))  # the rest, and the completion, follow
         self._move(LifecycleTrigger.CLAIM)
         self._claimed.set()
-        items, self._content = self._content, []
-        self._taken(items)
+        items = self._output.take_all()
         return Completed(
             cell_id=self.cell_id, content_items=items, error_text=self._completion_error
         )
@@ -426,9 +406,9 @@ class RuntimeCell:
             self._mark_boundary(observer)
         match event:
             case TextOutput(text=text):
-                self._content.append(InputText(text=text))
+                self._output.append(InputText(text=text))
             case ImageOutput(image_url=url, detail=detail):
-                self._content.append(InputImage(image_url=url, detail=ImageDetail(detail)))
+                self._output.append(InputImage(image_url=url, detail=ImageDetail(detail)))
             case ToolCallRequested(call_id=call_id):
                 if self._calls.tool_call(event, hold=self.watch is Watch.YIELDING):
                     self._frontier.issued(f"tool-{call_id}")
@@ -484,8 +464,7 @@ class RuntimeCell:
 
     async def _finish_terminated(self) -> None:
         await self._calls.wait_idle()
-        items, self._content = self._content, []
-        self._taken(items)
+        items = self._output.take_all()
         self._terminated = Terminated(cell_id=self.cell_id, content_items=items)
         self._move(LifecycleTrigger.CLEANED_UP)
         self._wake_observer()
