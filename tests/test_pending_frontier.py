@@ -99,7 +99,7 @@ async def test_execute_to_pending_excludes_delayed_timeout_tool_calls_until_wait
     # The reference sleeps past a 1 s timer; here the resumed observation waits for the timer
     # whether it fired during the pause (held, then run on resume) or fires after.
     source = """
-        setTimeout(() => { tools.echo({ value: "delayed" }); }, 20);
+        setTimeout(() => { tools.echo({ value: "delayed" }); }, 200);
         await Promise.all([tools.echo({ value: "second" }), tools.echo({ value: "third" })]);
     """
     with trio.fail_after(10):
@@ -212,12 +212,17 @@ async def test_pending_observer_merges_initial_yield_and_completion_output(
     session: Session,
 ) -> None:
     delegate = holding()
-    source = 'text("before"); yield_control(); await tools.echo({}); text("after");'
+    source = """
+        text("before"); yield_control(); await tools.echo({}); text("after"); notify("done");
+    """
     with trio.fail_after(10):
         started = await execute(session, delegate, source, tools=ECHO)
         started.release()
         await delegate.until(lambda: len(delegate.invocations) == 1)
         delegate.release.set()
+        # Once the delegate has the notification, the cell has run its last turn: the frontier
+        # observer finds the completion (the yield boundary left no mark on it).
+        await delegate.until(lambda: len(delegate.notifications) == 1)
         outcome = await session.wait_to_pending("1")
     assert outcome == LiveCell(
         response=Completed(
