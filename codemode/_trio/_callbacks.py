@@ -8,6 +8,9 @@ cancel them all without owning a nursery: a cell that ends waits for its calls t
 for a grace period (`wait_idle()` under a timeout), whichever comes first, and a delegate that
 shields its cleanup cannot hold the cell hostage (DESIGN section 4). A task left running past
 the grace still belongs to the session's nursery, which awaits it.
+
+`all_started()` waits until every task started so far has run its first step: its delegate
+has seen the call (a pending frontier is delivered only then).
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ class CallbackGroup:
         self._scopes: set[trio.CancelScope] = set()
         self._idle = trio.Event()
         self._idle.set()
+        self._unstarted = 0
+        self._started = trio.Event()
+        self._started.set()
 
     def start(self, fn: Callable[[*Ts], Awaitable[object]], *args: *Ts) -> trio.CancelScope:
         """Start `fn(*args)` as a task of the nursery; returns the scope it runs in."""
@@ -38,6 +44,9 @@ class CallbackGroup:
         if not self._scopes:
             self._idle = trio.Event()
         self._scopes.add(scope)
+        if not self._unstarted:
+            self._started = trio.Event()
+        self._unstarted += 1
         self._nursery.start_soon(self._run, scope, fn, *args)
         return scope
 
@@ -47,6 +56,11 @@ class CallbackGroup:
         fn: Callable[[*Ts], Awaitable[object]],
         *args: *Ts,
     ) -> None:
+        # The waiter of `all_started` runs after this step, which takes `fn` to its first
+        # checkpoint: by then the delegate has the call.
+        self._unstarted -= 1
+        if not self._unstarted:
+            self._started.set()
         try:
             with scope:
                 await fn(*args)
@@ -59,6 +73,10 @@ class CallbackGroup:
         """Cancel every task of the group (a task not yet started is cancelled on start)."""
         for scope in self._scopes:
             scope.cancel(reason=reason)
+
+    async def all_started(self) -> None:
+        """Wait until every task started so far has begun running."""
+        await self._started.wait()
 
     async def wait_idle(self) -> None:
         """Wait until no task of the group runs (bound it with a cancel scope)."""

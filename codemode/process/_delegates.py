@@ -51,8 +51,6 @@ class ClientCell:
         self.delegate = delegate
         self.calls = CallbackGroup(nursery)
         self.closed = trio.Event()
-        self.unstarted = 0
-        self.started = trio.Event()
 
 
 class ClientCells:
@@ -139,10 +137,7 @@ class ClientCells:
         if cell is None:
             return
         with trio.CancelScope(shield=True), trio.move_on_after(bound):
-            while cell.unstarted:
-                if cell.started.is_set():
-                    cell.started = trio.Event()
-                await cell.started.wait()
+            await cell.calls.all_started()
 
     # ---- reverse calls -------------------------------------------------------------------
 
@@ -151,7 +146,6 @@ class ClientCells:
         cell = self._live.get((event.session_id, event.cell_id))
         if cell is None:
             return False
-        cell.unstarted += 1
         self._calls[event.call_id] = cell.calls.start(self._run_call, event, cell)
         return True
 
@@ -161,8 +155,6 @@ class ClientCells:
             scope.cancel()
 
     async def _run_call(self, event: DelegateRequested, cell: ClientCell) -> None:
-        cell.unstarted -= 1
-        cell.started.set()
         request = event.request
         result: Ok[ToolResult | NotificationDelivered] | Err
         try:

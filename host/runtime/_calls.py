@@ -83,8 +83,6 @@ class CellCalls:
         self._notifications = CallbackGroup(nursery)
         self._held: list[tuple[Callable[[], object], bool]] = []  # (start, is a tool call)
         self._released = trio.Event()
-        self._unstarted = 0
-        self._started = trio.Event()
 
     # ---- starting ------------------------------------------------------------------------
 
@@ -102,17 +100,14 @@ class CellCalls:
             tool_kind=definition.kind,
             input=None if event.input_json is None else _decode_json(event.input_json),
         )
-        self._unstarted += 1
         self.pending_tools += 1
         self._start(lambda: self._tools.start(self._invoke_tool, event.call_id, call), hold, True)
         return True
 
     async def all_started(self) -> None:
-        """Wait until every tool call made so far reached its delegate (rule 4)."""
-        while self._unstarted:
-            if self._started.is_set():
-                self._started = trio.Event()
-            await self._started.wait()
+        """Wait until every tool call started so far reached its delegate (rule 4; calls held
+        behind a yielding observer start when it answered, before any frontier observer)."""
+        await self._tools.all_started()
 
     def notification(self, text: str, *, hold: bool) -> None:
         """Deliver (or hold back, rule 1) a `notify()` text."""
@@ -152,8 +147,6 @@ class CellCalls:
 
     def cancel(self, reason: str) -> None:
         """Cancel every call; held calls are dropped (the cell ends without them)."""
-        self._unstarted = 0
-        self._started.set()
         for _, tool in self._held:  # dropped unstarted: their slots go back now (rule 5)
             self._admission.release_call()
             self.pending_tools -= tool
@@ -178,8 +171,6 @@ class CellCalls:
             self.pending_tools -= 1
 
     async def _run_tool(self, call_id: int, call: NestedToolCall) -> None:
-        self._unstarted -= 1
-        self._started.set()
         try:
             result = await self._delegate.invoke_tool(call)
             payload = _encode_json(result)
