@@ -36,6 +36,21 @@ logger = logging.getLogger("codemode.toolbox")
 ToolFunction = TypeVar("ToolFunction", bound=Callable[..., Any])
 
 NotifyHandler = Callable[[CellId, str], Awaitable[None] | None]
+
+
+async def deliver_notification(
+    on_notify: NotifyHandler | None, cell_id: CellId, text: str, log: logging.Logger
+) -> None:
+    """Hand a cell's `notify(text)` to `on_notify`, awaited if it returns an awaitable (without
+    a handler: logged at INFO on `log`)."""
+    if on_notify is None:
+        log.info("notification from cell %s: %s", cell_id, text)
+        return
+    result = on_notify(cell_id, text)
+    if result is not None:
+        await result
+
+
 """Receives a cell's `notify(text)`: `handler(cell_id, text)`, plain or `async`."""
 
 RESERVED_NAMES = frozenset({"exec", "wait"})
@@ -196,12 +211,7 @@ class Toolbox:
 
     async def notify(self, call_id: str, cell_id: CellId, text: str) -> None:
         """Hand a cell's `notify(text)` to `on_notify` (or log it at INFO)."""
-        if self._on_notify is None:
-            logger.info("notification from cell %s: %s", cell_id, text)
-            return
-        result = self._on_notify(cell_id, text)
-        if result is not None:
-            await result
+        await deliver_notification(self._on_notify, cell_id, text, logger)
 
     def cell_closed(self, cell_id: CellId) -> None:
         """Nothing to release: a toolbox keeps no state per cell."""

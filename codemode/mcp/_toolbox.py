@@ -23,7 +23,7 @@ import trio
 
 from .._api import CellId, JsonValue, NestedToolCall, ToolDefinition
 from .._identifiers import normalize_identifier
-from .._toolbox import NotifyHandler
+from .._toolbox import NotifyHandler, deliver_notification
 from .._trio import open_service_nursery
 from ..errors import ToolError
 from ..model import NamespaceDescription
@@ -111,12 +111,7 @@ class McpToolbox:
 
     async def notify(self, call_id: str, cell_id: CellId, text: str) -> None:
         """Hand a cell's `notify(text)` to `on_notify` (or log it at INFO)."""
-        if self._on_notify is None:
-            logger.info("notification from cell %s: %s", cell_id, text)
-            return
-        result = self._on_notify(cell_id, text)
-        if result is not None:
-            await result
+        await deliver_notification(self._on_notify, cell_id, text, logger)
 
     def cell_closed(self, cell_id: CellId) -> None:
         """Nothing to release: MCP calls end with their cell's tasks."""
