@@ -199,9 +199,27 @@ class ProcessSession:
         """
         StartedCell._release_dropped(self._dropped)  # keeps the deque short between waits
         binding = await self._bind()
+        request_id, wire_id = await self._start(binding, request, delegate, to_pending=False)
+        cell_id = binding.public_id(wire_id)
+        return StartedCell._create(
+            cell_id,
+            partial(self._initial_response, binding, request_id, cell_id),
+            partial(binding.link.release_initial, request_id),
+            self._dropped,
+        )
+
+    async def _start(
+        self,
+        binding: _Binding,
+        request: ExecuteRequest,
+        delegate: SessionDelegate,
+        *,
+        to_pending: bool,
+    ) -> tuple[int, str]:
+        """Have the host admit a cell: the execute's request id and the cell's wire id."""
         try:
             result, request_id = await binding.link.execute(
-                binding.session_id, request, delegate, binding.public_id
+                binding.session_id, request, delegate, binding.public_id, to_pending=to_pending
             )
         except FrameTooLargeError as error:
             raise FrameLimitError(
@@ -210,13 +228,7 @@ class ProcessSession:
         started = _unwrap(result)
         if not isinstance(started, ExecutionStarted):
             raise HostLostError("code-mode host returned an invalid execute response")
-        cell_id = binding.public_id(started.cell_id)
-        return StartedCell._create(
-            cell_id,
-            partial(self._initial_response, binding, request_id, cell_id),
-            partial(binding.link.release_initial, request_id),
-            self._dropped,
-        )
+        return request_id, started.cell_id
 
     async def _initial_response(
         self, binding: _Binding, request_id: int, cell_id: str
@@ -242,11 +254,17 @@ class ProcessSession:
 
     async def wait(self, request: WaitRequest) -> WaitOutcome:
         """Observe a cell. Output a cancelled observation took is kept for the next one."""
+        return await self._observe(request.cell_id, request.yield_time_ms)
+
+    async def _observe(self, cell_id: str, yield_time_ms: int | None) -> WaitOutcome:
+        """A wait (`yield_time_ms` None: to the pending frontier), settled as its answer says."""
         StartedCell._release_dropped(self._dropped)
         binding = await self._bind()
-        wire_id = binding.wire_id(request.cell_id)
-        result = await binding.link.wait(binding.session_id, wire_id, request.yield_time_ms)
-        outcome = binding.outcome(result, request.cell_id)
+        if yield_time_ms is None:
+            binding.need(PENDING_FRONTIER_CAPABILITY, "the pending frontier")
+        wire_id = binding.wire_id(cell_id)
+        result = await binding.link.wait(binding.session_id, wire_id, yield_time_ms)
+        outcome = binding.outcome(result, cell_id)
         if isinstance(outcome, LiveCell):
             await self._settle(binding, msgspec.structs.replace(outcome.response, cell_id=wire_id))
         return outcome
@@ -262,22 +280,12 @@ class ProcessSession:
         binding = await self._bind()
         binding.need(PENDING_FRONTIER_CAPABILITY, "the pending frontier")
         link = binding.link
-        try:
-            result, request_id = await link.execute(
-                binding.session_id, request, delegate, binding.public_id, to_pending=True
-            )
-        except FrameTooLargeError as error:
-            raise FrameLimitError(
-                f"code-mode execute request exceeds the IPC frame limit: {error}"
-            ) from None
-        started = _unwrap(result)
-        if not isinstance(started, ExecutionStarted):
-            raise HostLostError("code-mode host returned an invalid execute response")
-        cell_id = binding.public_id(started.cell_id)
+        request_id, wire_id = await self._start(binding, request, delegate, to_pending=True)
+        cell_id = binding.public_id(wire_id)
         try:
             response = _unwrap(await link.initial_response(request_id, binding.session_id), cell_id)
         except BaseException:
-            link.abandon(request_id, binding.session_id, started.cell_id)
+            link.abandon(request_id, binding.session_id, wire_id)
             raise
         assert isinstance(response, Pending | Completed | Terminated)
         await self._settle(binding, response)
@@ -285,15 +293,7 @@ class ProcessSession:
 
     async def wait_to_pending(self, cell_id: str) -> WaitOutcome:
         """Resume a cell and observe it to its next pending frontier, or its end."""
-        StartedCell._release_dropped(self._dropped)
-        binding = await self._bind()
-        binding.need(PENDING_FRONTIER_CAPABILITY, "the pending frontier")
-        wire_id = binding.wire_id(cell_id)
-        result = await binding.link.wait(binding.session_id, wire_id, None)
-        outcome = binding.outcome(result, cell_id)
-        if isinstance(outcome, LiveCell):
-            await self._settle(binding, msgspec.structs.replace(outcome.response, cell_id=wire_id))
-        return outcome
+        return await self._observe(cell_id, None)
 
     async def preempt(self, cell_id: str) -> None:
         """Make the cell's active observation return `Yielded` now (no effect on frontier
