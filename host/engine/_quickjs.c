@@ -1060,8 +1060,9 @@ static void run_turn(cell_t *c, command_t *cmds)
         }
     }
     free_commands(cmds);
-    c->cpu_ns += thread_cpu_ns() - c->turn_start_ns;
-    c->turn_start_ns = thread_cpu_ns();
+    int64_t now = thread_cpu_ns();
+    c->cpu_ns += now - c->turn_start_ns;
+    c->turn_start_ns = now; /* cpu_used_up below counts nothing twice */
     if (!c->finished && c->ctx) {
         cpu_used_up(c); /* also a cell whose many short turns add up */
         publish(c, EV_IDLE, c->commands_taken, c->cpu_ns / 1000, NULL, 0, NULL, 0);
