@@ -1,17 +1,25 @@
-"""Sending what a sans-IO connection queued: in order, batched, and at once when possible.
+"""Sending what a sans-IO connection queued: in order, batched per scheduler pass, without a
+task hop when the pipe has room.
 
-Both ends of the wire use one `FrameWriter` per connection. `flush()` (synchronous) takes every
-byte the connection queued; when no write is in progress it writes them to the pipe's file
-descriptor at once, non-blocking, and leaves whatever the pipe did not take to the writer task
-(`run`). So a request or an answer leaves without a task hop when the pipe has room (measured:
-a hop per frame on each side cost about a fifth of a tool call's round trip), and frames queued
-while a write is blocked leave together in the next one.
+Both ends of the wire use one `FrameWriter` per connection. `flush()` (synchronous, cheap) only
+notes that the connection queued something. The bytes leave at the end of the trio scheduler's
+current pass (a `before_io_wait` instrument hook, which trio calls once per pass, before it
+polls for I/O): every frame the pass's tasks queued goes out in one non-blocking write to the
+pipe's file descriptor, and whatever the pipe does not take is left to the writer task (`run`).
+
+Why at the end of the pass: one write per frame cost a system call and a wake-up of the peer
+per frame (the host's busiest single line under 64 sessions, `../shared/notes`); a task hop per
+frame cost about a fifth of a tool call's round trip. Writing when the pass ends costs neither:
+a lone request still leaves before the loop sleeps, and the frames of many concurrent cells
+leave together.
 
 Rules:
 1. One byte order: the direct write happens only when the writer task is not writing and
    nothing is left over from before, so bytes never overtake each other.
 2. No frame is cut by cancellation: the direct write is a single system call, and the task's
    `send_all` is cancelled only when the connection is over.
+3. The hook never raises (trio would drop the instrument): a failed direct write is left to
+   the writer task, which meets the error and reports it.
 """
 
 from __future__ import annotations
@@ -38,25 +46,12 @@ class FrameWriter:
         self._writing = False
         self._queued = trio.Event()
         self._closing = False
+        self._dirty = False
+        self._hook = _EndOfPass(self)
 
     def flush(self) -> None:
-        """Send what the connection queued: written now if the pipe has room (rule 1),
-        else by the writer task."""
-        data = self._take()
-        if data:
-            self._left += data
-        if not self._left:
-            return
-        if not self._writing and self._fd is not None:
-            try:
-                written = os.write(self._fd, self._left)
-            except (BlockingIOError, InterruptedError):
-                written = 0
-            except OSError:
-                written = 0  # a broken pipe: the writer task meets it and reports it
-            del self._left[:written]
-        if self._left:
-            self._queued.set()
+        """The connection queued something: it leaves when the scheduler's pass ends."""
+        self._dirty = True
 
     def close(self) -> None:
         """Write what is left, then let `run` return."""
@@ -64,13 +59,39 @@ class FrameWriter:
         self._queued.set()
 
     async def run(self, on_failure: Callable[[BaseException], None]) -> None:
-        """Write what `flush` could not, until `close()`; a failed write calls `on_failure`
-        and ends the task."""
+        """Write what the end-of-pass hook could not, until `close()`; a failed write calls
+        `on_failure` and ends the task."""
+        trio.lowlevel.add_instrument(self._hook)
+        try:
+            await self._write_until_closed(on_failure)
+        finally:
+            trio.lowlevel.remove_instrument(self._hook)
+
+    def _end_of_pass(self) -> None:
+        """Send what was queued during the pass: at once if the pipe has room (rule 1), else
+        through the writer task."""
+        if not self._dirty:
+            return
+        self._dirty = False
+        self._take_queued()
+        if not self._left:
+            return
+        if not self._writing and self._fd is not None:
+            try:
+                written = os.write(self._fd, self._left)
+            except OSError:
+                written = 0  # full (EAGAIN) or broken: the writer task waits or reports it
+            del self._left[:written]
+        if self._left:
+            self._queued.set()
+
+    async def _write_until_closed(self, on_failure: Callable[[BaseException], None]) -> None:
         while True:
             # Check before waiting: a `close()` that came while the task was writing set the
             # event only once, and waiting for another one kept a host that refused a
             # handshake or met a protocol error alive until its 5 s shutdown bound
             # (tests/test_fuzz_host.py found it).
+            self._dirty = False
             self._take_queued()
             if not self._left:
                 if self._closing:
@@ -93,3 +114,16 @@ class FrameWriter:
         data = self._take()
         if data:
             self._left += data
+
+
+class _EndOfPass(trio.abc.Instrument):
+    """Calls the writer when the scheduler's pass ends (rule 3: never raises)."""
+
+    def __init__(self, writer: FrameWriter) -> None:
+        self._writer = writer
+
+    def before_io_wait(self, timeout: float) -> None:
+        try:
+            self._writer._end_of_pass()
+        except Exception:  # pragma: no cover - a bug; the writer task still sends the bytes
+            self._writer._queued.set()
