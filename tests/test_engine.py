@@ -507,3 +507,56 @@ async def test_a_lost_event_fails_the_cell_instead_of_hanging(
         assert engine.live_cells == 0
     assert run.texts == texts
     assert run.error == LOST
+
+
+# ---- prepared runtimes ---------------------------------------------------------------------
+
+
+async def test_a_cell_takes_a_prepared_runtime_and_the_pool_refills() -> None:
+    async with open_engine(workers=1, prepared_cells=2) as engine:
+        assert await engine.wait_prepared()
+        assert engine.prepared_cells == 2
+        with trio.fail_after(10), engine.start_cell("while (true) {}") as spinner:
+            # The only worker spins: it can neither prepare nor have prepared the next one.
+            assert engine.prepared_cells == 1
+            with engine.start_cell('text("from a prepared runtime")') as cell:
+                assert engine.prepared_cells == 0
+                spinner.interrupt()
+                run = await drive(cell)
+            assert run.texts == ["from a prepared runtime"]
+            assert run.error is None
+            assert (await wait_for(spinner, is_finished))[-1] == Finished(Outcome.INTERRUPTED, None)
+        assert await engine.wait_prepared()
+        assert engine.prepared_cells == 2
+    assert engine.heap_total == 0  # closing freed the prepared runtimes too
+
+
+async def test_prepared_runtimes_take_each_cells_own_limits_and_configuration() -> None:
+    async with open_engine(workers=1, prepared_cells=3) as engine:
+        assert await engine.wait_prepared()
+        limited = await run_cell(engine, ALLOCATE, heap_limit=8 << 20)
+        assert limited.error is not None
+        assert limited.error.startswith(
+            f"InternalError: out of memory: exec cell exceeded its heap limit of {8 << 20} bytes"
+        )
+        source = "let depth = 0; function f() { depth++; f(); } try { f() } catch { } text(depth)"
+        small = await run_cell(engine, source, stack_limit=256 << 10)
+        large = await run_cell(engine, source, stack_limit=MAX_STACK_LIMIT)
+        assert 0 < int(small.texts[0]) < int(large.texts[0])
+        with engine.start_cell(
+            "text([typeof store, typeof load].join(' '))", store_load=False
+        ) as cell:
+            run = await drive(cell)
+        assert run.texts == ["undefined undefined"]
+
+
+async def test_without_prepared_runtimes_each_cell_creates_its_own() -> None:
+    async with open_engine(workers=1, prepared_cells=0) as engine:
+        assert await engine.wait_prepared()
+        assert engine.prepared_cells == 0
+        run = await run_cell(engine, 'text("made on demand")')
+        assert run.texts == ["made on demand"]
+        assert engine.prepared_cells == 0
+
+
+ALLOCATE = "const keep = []; while (true) keep.push(new Array(100000).fill(1));"

@@ -3,6 +3,7 @@ once closed, also when the close came while nothing was flushed yet."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import types
 
@@ -94,3 +95,39 @@ async def test_frames_queued_in_one_scheduler_pass_leave_in_one_write(
             assert reader.read(3) == b"abc"
             writer.close()
         assert failures == []
+
+
+async def test_what_a_full_pipe_did_not_take_leaves_without_other_wakeups() -> None:
+    # What the end-of-pass write leaves behind goes through the writer task. (Waking that
+    # task from the hook with a plain event once left both ends of a wire asleep: trio had
+    # chosen how long to sleep before it called the hook. tests/test_limits.py's output loop
+    # over the process provider caught it.)
+    read_fd, write_fd = os.pipe()
+    fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, 4096)
+    os.set_blocking(write_fd, False)
+    payload = os.urandom(1 << 20)
+    queued = [payload]
+
+    def read_all() -> bytes:
+        received = bytearray()
+        with os.fdopen(read_fd, "rb", buffering=0) as reader:
+            while len(received) < len(payload):
+                received += reader.read(len(payload) - len(received))
+        return bytes(received)
+
+    failures: list[BaseException] = []
+    received: list[bytes] = []
+    with trio.fail_after(10):
+        async with trio.lowlevel.FdStream(write_fd) as send, trio.open_nursery() as nursery:
+            writer = FrameWriter(send, lambda: queued.pop() if queued else b"")
+
+            async def read_then_close() -> None:
+                received.append(await trio.to_thread.run_sync(read_all))
+                writer.close()
+
+            nursery.start_soon(writer.run, failures.append)
+            nursery.start_soon(read_then_close)
+            await trio.testing.wait_all_tasks_blocked()
+            writer.flush()
+    assert received == [payload]
+    assert failures == []

@@ -235,7 +235,9 @@ async def test_cpu_time_is_reported_by_the_engine(engine: Engine) -> None:
 async def test_the_inventory_reports_the_cpu_time_the_engine_measured(session: Session) -> None:
     delegate = RecordingDelegate()
     delegate.hold_tools = True
-    source = "const until = Date.now() + 30; while (Date.now() < until) {} await tools.echo({});"
+    # A fixed amount of work, not of wall time: on a loaded machine 30 ms of wall time held
+    # as little as 10 ms of CPU. Two million iterations take about 80 ms of CPU here.
+    source = "let n = 0; for (let i = 0; i < 2e6; i++) { n += i; } await tools.echo({});"
     with trio.fail_after(30):
         started = await execute(session, delegate, source, tools=[tool("echo")])
         started.release()

@@ -20,6 +20,10 @@ Rules:
    `send_all` is cancelled only when the connection is over.
 3. The hook never raises (trio would drop the instrument): a failed direct write is left to
    the writer task, which meets the error and reports it.
+4. The hook wakes the writer task through the trio token (`run_sync_soon`), not by setting an
+   event directly: trio chose how long to sleep before it called the hook, so a task woken
+   there would wait for the next I/O, which may never come (both ends idle, each waiting for
+   the other's bytes).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ class FrameWriter:
         self._closing = False
         self._dirty = False
         self._hook = _EndOfPass(self)
+        self._token: trio.lowlevel.TrioToken | None = None
 
     def flush(self) -> None:
         """The connection queued something: it leaves when the scheduler's pass ends."""
@@ -61,6 +66,7 @@ class FrameWriter:
     async def run(self, on_failure: Callable[[BaseException], None]) -> None:
         """Write what the end-of-pass hook could not, until `close()`; a failed write calls
         `on_failure` and ends the task."""
+        self._token = trio.lowlevel.current_trio_token()
         trio.lowlevel.add_instrument(self._hook)
         try:
             await self._write_until_closed(on_failure)
@@ -69,21 +75,24 @@ class FrameWriter:
 
     def _end_of_pass(self) -> None:
         """Send what was queued during the pass: at once if the pipe has room (rule 1), else
-        through the writer task."""
+        through the writer task (which, when it is writing, takes the rest when it is done)."""
         if not self._dirty:
             return
         self._dirty = False
         self._take_queued()
-        if not self._left:
+        if not self._left or self._writing:
             return
-        if not self._writing and self._fd is not None:
+        if self._fd is not None:
             try:
                 written = os.write(self._fd, self._left)
             except OSError:
                 written = 0  # full (EAGAIN) or broken: the writer task waits or reports it
             del self._left[:written]
-        if self._left:
-            self._queued.set()
+        if self._left and self._token is not None:
+            self._token.run_sync_soon(self._wake)  # rule 4
+
+    def _wake(self) -> None:
+        self._queued.set()
 
     async def _write_until_closed(self, on_failure: Callable[[BaseException], None]) -> None:
         while True:
@@ -126,4 +135,5 @@ class _EndOfPass(trio.abc.Instrument):
         try:
             self._writer._end_of_pass()
         except Exception:  # pragma: no cover - a bug; the writer task still sends the bytes
-            self._writer._queued.set()
+            if self._writer._token is not None:
+                self._writer._token.run_sync_soon(self._writer._wake)

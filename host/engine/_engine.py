@@ -162,6 +162,17 @@ class Engine:
         return self._native.heap_total
 
     @property
+    def prepared_cells(self) -> int:
+        """Runtimes prepared ahead of use and not yet taken by a cell."""
+        return self._native.prepared_cells
+
+    async def wait_prepared(self, seconds: float = 10.0) -> bool:
+        """Wait until the pool of prepared runtimes is full (False: not within `seconds`, or a
+        preparation failed for lack of memory). The wait in its thread cannot be cancelled:
+        `seconds` bounds it."""
+        return await trio.to_thread.run_sync(self._native.wait_prepared, seconds)
+
+    @property
     def worker_threads(self) -> int:
         """Native worker threads started so far (the pool grows when cells starve)."""
         return self._native.worker_threads
@@ -260,6 +271,7 @@ async def open_engine(
     max_workers: int = DEFAULT_MAX_WORKERS,
     fault_events_after: int | None = None,
     heap_budget: int | None = None,
+    prepared_cells: int | None = None,
 ) -> AsyncIterator[Engine]:
     """Start the engine's worker threads and its event collector for the block's duration.
 
@@ -272,6 +284,9 @@ async def open_engine(
             instead of hanging). None: never.
         heap_budget: the most JavaScript heap all cells may hold together; an allocation past
             it fails its cell (None: `default_heap_budget()`, half the machine's memory).
+        prepared_cells: runtimes an idle worker prepares ahead of use (context and prelude
+            ready), so that starting a cell does not wait for its runtime's creation (None:
+            one per worker; 0: none). Each holds about 200 KB.
 
     Resource handling: on exit, every cell still running is interrupted and the worker
     threads are joined (shielded: a cancelled block still waits for the threads).
@@ -283,6 +298,7 @@ async def open_engine(
         max(max_workers, workers),
         -1 if fault_events_after is None else fault_events_after,
         default_heap_budget() if heap_budget is None else heap_budget,
+        workers if prepared_cells is None else prepared_cells,
     )
     engine = Engine(native)
     try:

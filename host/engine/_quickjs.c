@@ -34,6 +34,14 @@
  *    of each turn; past it the cell ends with OUTCOME_CPU_LIMIT) and its pending output (bytes
  *    of text and images published and not yet taken by Python: past it `text()` and `image()`
  *    throw a catchable Error, and nothing is published).
+ * 9. Prepared cells: an idle worker (one at a time) creates runtimes ahead of use, each with its
+ *    context and the prelude evaluated, up to `prepared_target`; `start_cell` takes one if there
+ *    is one, so the runtime's creation is off the cell's critical path. A prepared runtime
+ *    belongs to the cell_t it was made for (its allocator, interrupt handler and runtime opaque
+ *    point at it), so a prepared cell is a cell_t without a key yet. Nothing cell-specific
+ *    happens before it is taken: limits are applied and the prelude's install runs with the
+ *    cell's configuration at its start. A preparation that fails (the heap budget is used up)
+ *    stops the refill until the next cell starts.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -136,6 +144,8 @@ typedef struct cell {
     JSContext *ctx;
     JSValue module_promise;
     JSValue dispatch;
+    JSValue install; /* the prelude's install function, evaluated ahead of use (rule 9) */
+    struct cell *prepared_next;
     bool finished;
     bool exit_requested;
     int64_t commands_taken; /* start, settle and fire-timer commands run so far (rule 7) */
@@ -186,6 +196,14 @@ struct engine {
     /* prelude.js compiled once per engine; each cell reads the bytecode instead of parsing. */
     uint8_t *prelude;
     size_t prelude_len;
+
+    /* Prepared cells (rule 9), guarded by lock. */
+    cell_t *prepared;
+    int nprepared;
+    int prepared_target;
+    bool preparing;
+    bool prepare_failed;
+    pthread_cond_t prepared_changed; /* for wait_prepared (tests and benchmarks) */
 };
 
 static void free_command(command_t *cmd)
@@ -850,6 +868,8 @@ static void free_js(cell_t *c)
     c->heap_enforced = false;
     JS_FreeValue(c->ctx, c->module_promise);
     JS_FreeValue(c->ctx, c->dispatch);
+    JS_FreeValue(c->ctx, c->install);
+    c->install = JS_UNDEFINED;
     JS_FreeContext(c->ctx);
     JS_FreeRuntime(c->rt);
     c->rt = NULL;
@@ -930,39 +950,68 @@ static JSValue evaluate_cell(JSContext *ctx, const char *source, size_t len)
     return promise;
 }
 
-/* Creates the runtime, runs the prelude with the cell's configuration, then evaluates the
-   cell's source. */
-static void start_cell(cell_t *c, command_t *cmd)
+/* Creates the cell's runtime and context and evaluates the prelude, which gives the install
+   function; false (and nothing allocated) if memory ran out. Runs on a worker, ahead of use for a
+   prepared cell (rule 9). */
+static bool create_runtime(cell_t *c)
 {
     engine_t *e = c->engine;
-    struct timespec begin, end;
-    clock_gettime(CLOCK_MONOTONIC, &begin);
     c->heap_enforced = true;
+    c->module_promise = JS_UNDEFINED;
+    c->dispatch = JS_UNDEFINED;
+    c->install = JS_UNDEFINED;
     c->rt = JS_NewRuntime2(&cell_malloc_functions, c);
     if (!c->rt) {
         heap_release(c);
-        finish(c, OUTCOME_ERROR, dup_bytes("InternalError: out of memory", 28), 28);
-        return;
+        return false;
     }
     JS_SetRuntimeOpaque(c->rt, c);
-    JS_SetMaxStackSize(c->rt, c->stack_limit);
     JS_UpdateStackTop(c->rt);
     JS_SetInterruptHandler(c->rt, interrupt_handler, c);
     JS_SetModuleLoaderFunc(c->rt, refuse_import, never_load, NULL);
-    c->module_promise = JS_UNDEFINED;
-    c->dispatch = JS_UNDEFINED;
     c->ctx = JS_NewContext(c->rt);
     if (!c->ctx) {
         JS_FreeRuntime(c->rt);
         c->rt = NULL;
         heap_release(c);
-        finish(c, OUTCOME_ERROR, dup_bytes("InternalError: out of memory", 28), 28);
-        return;
+        return false;
     }
-
     JSValue install = JS_ReadObject(c->ctx, e->prelude, e->prelude_len, JS_READ_OBJ_BYTECODE);
     if (!JS_IsException(install))
         install = JS_EvalFunction(c->ctx, install);
+    c->install = install; /* an exception is reported by start_cell */
+    return true;
+}
+
+/* A prepared cell (rule 9), or NULL if memory ran out. */
+static cell_t *prepare_cell(engine_t *e)
+{
+    cell_t *c = calloc(1, sizeof(cell_t));
+    if (!c)
+        return NULL;
+    c->engine = e;
+    c->finish_node = calloc(1, sizeof(finish_node_t));
+    if (c->finish_node && create_runtime(c) && !JS_IsException(c->install))
+        return c;
+    free_js(c);
+    free(c->finish_node);
+    free(c);
+    return NULL;
+}
+
+/* Runs the prelude's install with the cell's configuration (creating the runtime first unless
+   the cell was prepared), then evaluates the cell's source. */
+static void start_cell(cell_t *c, command_t *cmd)
+{
+    struct timespec begin, end;
+    clock_gettime(CLOCK_MONOTONIC, &begin);
+    if (!c->rt && !create_runtime(c)) {
+        finish(c, OUTCOME_ERROR, dup_bytes("InternalError: out of memory", 28), 28);
+        return;
+    }
+    JS_SetMaxStackSize(c->rt, c->stack_limit);
+    JSValue install = c->install;
+    c->install = JS_UNDEFINED;
     if (JS_IsException(install)) {
         finish_with_exception(c);
         return;
@@ -1125,6 +1174,22 @@ static void *worker_main(void *arg)
     pthread_mutex_lock(&e->lock);
     for (;;) {
         while (!e->rq_head && !e->stopping) {
+            if (!e->preparing && !e->prepare_failed && e->nprepared < e->prepared_target) {
+                e->preparing = true;
+                pthread_mutex_unlock(&e->lock);
+                cell_t *prepared = prepare_cell(e);
+                pthread_mutex_lock(&e->lock);
+                e->preparing = false;
+                if (prepared) {
+                    prepared->prepared_next = e->prepared;
+                    e->prepared = prepared;
+                    e->nprepared++;
+                } else {
+                    e->prepare_failed = true;
+                }
+                pthread_cond_broadcast(&e->prepared_changed);
+                continue;
+            }
             e->idle++;
             pthread_cond_wait(&e->work, &e->lock);
             e->idle--;
@@ -1314,15 +1379,22 @@ static uint8_t *compile_prelude(const char *source, size_t len, size_t *out_len)
 /* Engine(workers, prelude, max_workers, fault_events_after=-1) */
 static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"workers", "prelude", "max_workers", "fault_events_after",
-                             "heap_budget", NULL};
-    int workers, max_workers;
+    static char *kwlist[] = {"workers",     "prelude",        "max_workers", "fault_events_after",
+                             "heap_budget", "prepared_cells", NULL};
+    int workers, max_workers, prepared_cells = 0;
     long long fault_events_after = -1;
     unsigned long long heap_budget = 0;
     Py_buffer prelude;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iy*i|LK", kwlist, &workers, &prelude,
-                                     &max_workers, &fault_events_after, &heap_budget))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iy*i|LKi", kwlist, &workers, &prelude,
+                                     &max_workers, &fault_events_after, &heap_budget,
+                                     &prepared_cells))
         return -1;
+    if (prepared_cells < 0 || prepared_cells > 1024) {
+        PyBuffer_Release(&prelude);
+        PyErr_Format(PyExc_ValueError, "need 0 <= prepared_cells <= 1024, got %d",
+                     prepared_cells);
+        return -1;
+    }
     if (self->engine) {
         PyBuffer_Release(&prelude);
         PyErr_SetString(PyExc_RuntimeError, "Engine.__init__ called twice");
@@ -1342,6 +1414,7 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     e->efd = -1;
+    e->prepared_target = prepared_cells;
     e->heap_budget = (size_t)heap_budget;
     atomic_init(&e->heap_total, 0);
     e->fault_events_after = fault_events_after < 0 ? -1 : fault_events_after;
@@ -1373,6 +1446,7 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds)
     pthread_condattr_init(&monotonic);
     pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
     pthread_cond_init(&e->starved, &monotonic);
+    pthread_cond_init(&e->prepared_changed, &monotonic);
     pthread_condattr_destroy(&monotonic);
     self->engine = e;
 
@@ -1411,7 +1485,17 @@ static void engine_stop(engine_t *e)
         pthread_join(e->threads[i], NULL);
     pthread_mutex_lock(&e->lock);
     e->joined = true;
+    cell_t *prepared = e->prepared;
+    e->prepared = NULL;
+    e->nprepared = 0;
     pthread_mutex_unlock(&e->lock);
+    while (prepared) {
+        cell_t *next = prepared->prepared_next;
+        free_js(prepared);
+        free(prepared->finish_node);
+        free(prepared);
+        prepared = next;
+    }
 }
 
 /* Joins the threads and closes the eventfd at once, so that closing an engine releases its
@@ -1453,6 +1537,7 @@ static void Engine_dealloc(EngineObject *self)
         pthread_mutex_destroy(&e->lock);
         pthread_cond_destroy(&e->work);
         pthread_cond_destroy(&e->starved);
+        pthread_cond_destroy(&e->prepared_changed);
         pthread_mutex_destroy(&e->ev_lock);
         free(e->prelude);
         free(e->threads);
@@ -1563,6 +1648,47 @@ static PyObject *Engine_heap_total(EngineObject *self, void *closure)
     return PyLong_FromSize_t(atomic_load(&self->engine->heap_total));
 }
 
+static PyObject *Engine_prepared_cells(EngineObject *self, void *closure)
+{
+    (void)closure;
+    if (!self->engine)
+        return PyLong_FromLong(0);
+    pthread_mutex_lock(&self->engine->lock);
+    int n = self->engine->nprepared;
+    pthread_mutex_unlock(&self->engine->lock);
+    return PyLong_FromLong(n);
+}
+
+/* Blocks (without the GIL) until the pool holds `prepared_target` cells, a preparation failed,
+   the engine stops, or `seconds` pass; whether the pool is full. */
+static PyObject *Engine_wait_prepared(EngineObject *self, PyObject *arg)
+{
+    double seconds = PyFloat_AsDouble(arg);
+    if (seconds == -1.0 && PyErr_Occurred())
+        return NULL;
+    engine_t *e = self->engine;
+    if (!e)
+        return raise_closed((PyObject *)self);
+    struct timespec deadline;
+    monotonic_now(&deadline);
+    deadline.tv_sec += (time_t)seconds;
+    deadline.tv_nsec += (long)((seconds - (double)(time_t)seconds) * 1e9);
+    if (deadline.tv_nsec >= 1000000000) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000;
+    }
+    bool full;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&e->lock);
+    while (e->nprepared < e->prepared_target && !e->prepare_failed && !e->stopping &&
+           !reached(&deadline))
+        pthread_cond_timedwait(&e->prepared_changed, &e->lock, &deadline);
+    full = e->nprepared >= e->prepared_target;
+    pthread_mutex_unlock(&e->lock);
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(full);
+}
+
 static PyObject *Engine_live_cells(EngineObject *self, void *closure)
 {
     (void)closure;
@@ -1603,9 +1729,20 @@ static PyObject *Engine_start_cell(EngineObject *self, PyObject *args, PyObject 
     if (!module)
         goto done;
     cmd = new_command(CMD_START);
-    c = calloc(1, sizeof(cell_t));
-    if (c)
-        c->finish_node = calloc(1, sizeof(finish_node_t));
+    pthread_mutex_lock(&e->lock);
+    c = e->prepared; /* rule 9; the worker that runs this start refills the pool when idle */
+    if (c) {
+        e->prepared = c->prepared_next;
+        c->prepared_next = NULL;
+        e->nprepared--;
+    }
+    e->prepare_failed = false;
+    pthread_mutex_unlock(&e->lock);
+    if (!c) {
+        c = calloc(1, sizeof(cell_t));
+        if (c)
+            c->finish_node = calloc(1, sizeof(finish_node_t));
+    }
     if (!cmd || !c || !c->finish_node) {
         PyErr_NoMemory();
         goto done;
@@ -1660,8 +1797,10 @@ static PyObject *Engine_start_cell(EngineObject *self, PyObject *args, PyObject 
 done:
     if (cmd)
         free_command(cmd);
-    if (c)
+    if (c) {
+        free_js(c);
         free(c->finish_node);
+    }
     free(c);
     PyBuffer_Release(&source);
     PyBuffer_Release(&config);
@@ -1675,6 +1814,8 @@ static PyMethodDef Engine_methods[] = {
      "Take every event published since the last drain, as (key, kind, n1, n2, a, b) tuples."},
     {"fileno", (PyCFunction)Engine_fileno, METH_NOARGS,
      "The eventfd that becomes readable when events are waiting."},
+    {"wait_prepared", (PyCFunction)Engine_wait_prepared, METH_O,
+     "Block (GIL released) until the prepared-cell pool is full or `seconds` pass."},
     {"close", (PyCFunction)Engine_close, METH_NOARGS,
      "Interrupt every cell, finish queued work and join the worker threads."},
     {NULL, NULL, 0, NULL},
@@ -1693,6 +1834,8 @@ static PyObject *Engine_worker_threads(EngineObject *self, void *closure)
 
 static PyGetSetDef Engine_getset[] = {
     {"live_cells", (getter)Engine_live_cells, NULL, "Cells created and not yet freed.", NULL},
+    {"prepared_cells", (getter)Engine_prepared_cells, NULL,
+     "Prepared runtimes waiting for a cell (rule 9).", NULL},
     {"heap_total", (getter)Engine_heap_total, NULL, "Bytes of heap all cells hold.", NULL},
     {"worker_threads", (getter)Engine_worker_threads, NULL, "Worker threads started so far.",
      NULL},
