@@ -42,7 +42,8 @@ logger = logging.getLogger("codemode.process")
 
 
 class ProcessProvider:
-    """Creates sessions served by a host process. Made by `open_process_provider()`."""
+    """Creates sessions served by host processes (one, or a pool). Made by
+    `open_process_provider()`."""
 
     def __init__(
         self,
@@ -103,7 +104,7 @@ class ProcessProvider:
         return await self._pool.link_for(session)
 
     async def _close(self, shutdown_timeout: float) -> None:
-        """Shut every session down, then let the host exit (killed if it does not)."""
+        """Shut every session down, then let the hosts exit (killed if they do not)."""
         self.closed = True
         self._pool.closed = True
         try:
