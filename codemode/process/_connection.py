@@ -39,6 +39,7 @@ from ..protocol import (
     CellEnded,
     ClientConnection,
     ClientEvent,
+    ClientStatistics,
     ConnectionEnded,
     DelegateCancelled,
     DelegateRequested,
@@ -117,6 +118,15 @@ class HostLink:
     def admission(self) -> AdmissionLimits | None:
         """The limits the host advertised in its handshake (None: it did not)."""
         return self._connection.admission
+
+    @property
+    def pid(self) -> int | None:
+        """The host process's id (None before it was spawned)."""
+        return self._process.pid if self._process is not None else None
+
+    def statistics(self) -> ClientStatistics:
+        """What the connection holds: its cells, sessions, requests (a pool's measure of load)."""
+        return self._connection.statistics()
 
     # ---- lifecycle -------------------------------------------------------------------------
 

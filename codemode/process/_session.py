@@ -173,7 +173,7 @@ class ProcessSession:
             if binding is not None:
                 self._retired.append(binding)
                 self._binding = None
-            link = await self._provider._link()
+            link = await self._provider._link(self)
             limits = None
             if self._limits != CellLimits():
                 if LIMITS_CAPABILITY not in link.capabilities:
