@@ -16,10 +16,10 @@ pending reverse calls); requests in flight are bounded by the connection itself.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
+from types import TracebackType
 from typing import TypeVar
 
 import msgspec
@@ -118,16 +118,37 @@ class _Cancellable:
         if self._scope is not None:
             self._scope.cancel()
 
-    @contextlib.contextmanager
-    def scope(self) -> Iterator[trio.CancelScope]:
-        with trio.CancelScope() as scope:
-            if self.cancelled:
-                scope.cancel()
-            self._scope = scope
-            try:
-                yield scope
-            finally:
-                self._scope = None
+    def scope(self) -> _OperationScope:
+        """A cancel scope `cancel()` reaches while the block runs (cancelled at once if the
+        operation already was)."""
+        return _OperationScope(self)
+
+
+class _OperationScope:
+    """`_Cancellable.scope()`: a class, not a generator context manager, because every execute
+    and wait enters two or one of them (the generator's machinery showed in profiles)."""
+
+    __slots__ = ("_operation", "_scope")
+
+    def __init__(self, operation: _Cancellable) -> None:
+        self._operation = operation
+        self._scope = trio.CancelScope()
+
+    def __enter__(self) -> trio.CancelScope:
+        scope = self._scope.__enter__()
+        if self._operation.cancelled:
+            scope.cancel()
+        self._operation._scope = scope
+        return scope
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        self._operation._scope = None
+        return self._scope.__exit__(exc_type, exc, traceback)
 
 
 class Requests:

@@ -253,6 +253,9 @@ class RuntimeCell:
                 if self.lifecycle is Lifecycle.RUNNING and observer.deadline is not None:
                     deadline = observer.deadline
                 observer.wake = trio.Event()
+                if deadline == math.inf:  # no scope to enter and leave: the common case
+                    await observer.wake.wait()
+                    continue
                 with trio.move_on_at(deadline):
                     await observer.wake.wait()
         finally:
