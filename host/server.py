@@ -7,8 +7,8 @@ connection; this module only moves bytes and runs tasks:
 - the reader feeds bytes to the connection and dispatches its events: each request runs as a
   task (`_requests.Requests`), `operation/cancel` cancels one, answers to reverse calls land in
   their slots;
-- the writer (`FrameWriter`) sends whatever the connection queued, at once when the pipe has
-  room, else in one write of everything queued;
+- the writer (`FrameWriter`) sends whatever the connection queued when the scheduler's pass
+  ends, in one write (the rest, if the pipe is full, through its task);
 - when the client goes away (EOF, a protocol error, its process died), pending reverse calls
   fail, active requests are cancelled, every session is shut down (bounded by 5 s) and what is
   queued is flushed (bounded by 5 s).

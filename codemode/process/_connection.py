@@ -4,8 +4,8 @@ The protocol's rules live in the sans-IO `ClientConnection`; `HostLink` only mov
 runs tasks, all in a nursery of its own that `run` opens (started with `nursery.start` once the
 handshake succeeded):
 
-- the writer (`FrameWriter`) sends whatever the connection queued, at once when the pipe has
-  room, else in one write of everything queued;
+- the writer (`FrameWriter`) sends whatever the connection queued when the scheduler's pass
+  ends, in one write (the rest, if the pipe is full, through its task);
 - the reader feeds bytes to the connection and dispatches its events (`_pump`): answers land in
   one-shot slots (one refused by a cancelled caller goes back to the connection at once),
   reverse calls and cell closings go to the link's cells (`_delegates.ClientCells`);
