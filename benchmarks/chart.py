@@ -156,7 +156,7 @@ def svg(table: Table) -> str:
     machine = table.machine
     caption = (
         f"{table.started}, {table.mode} run; {machine.cpus} CPUs ({machine.cpu_model}),"
-        f" Python {machine.python}"
+        f" Python {machine.python}; load average {machine.load_average[0]:.2f} at the start"
     )
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height:.0f}"'
