@@ -272,11 +272,6 @@ def new_table(config: Config, figures: list[Figure], started: float, wall: float
     )
 
 
-async def repeat(runs: int, once: Callable[[], Awaitable[float]]) -> list[float]:
-    """`once()` awaited `runs` times in sequence; what each returned (a duration)."""
-    return [await once() for _ in range(runs)]
-
-
 MS = 1e3
 US = 1e6
 
