@@ -9,11 +9,16 @@ Items of the table (issue 10):
    tool-call turn;
 3. `Promise.all` of 100 tool calls whose delegate sleeps 10 ms; floor: `trio.sleep(0.010)`.
 
+Everything is opened at once (the floor child, a bare engine, both providers) and measured in
+rounds, so that the floors and the figures share the machine's changing load.
+
 Run: `python -m benchmarks.latency_bench [--quick]` (from the repository's root).
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import itertools
 import time
 
@@ -24,7 +29,7 @@ from codemode_host.engine import open_engine
 from benchmarks import _engine_floors, _floors
 from benchmarks._cells import PROVIDERS, Delegate, request, run_cell, timed_cell
 from benchmarks._measure import MS, US, Config, Figure, Stats, figure, standalone, stats
-from codemode import Completed, InputText, NestedToolCall, ToolKind, ToolName
+from codemode import Completed, InputText, NestedToolCall, Session, ToolKind, ToolName
 
 TRIVIAL = 'text("hi")'
 CALLS = 1000
@@ -55,28 +60,15 @@ CALL_BYTES = _size(
 ANSWER_BYTES = _size({})
 
 
-async def _provider_figures(
-    name: str, config: Config
-) -> tuple[list[float], list[float], list[float]]:
-    delegate = Delegate()
-    async with PROVIDERS[name]() as provider:
-        session = await provider.create_session()
-        for _ in range(config.n(200, 50)):  # warm up: threads, allocator, caches
-            await run_cell(session, TRIVIAL, delegate)
-        trivial = [await timed_cell(session, TRIVIAL, delegate) for _ in range(config.n(2000, 300))]
-        nested: list[float] = []
-        for _ in range(config.n(5, 1)):
-            delegate.arrivals.clear()
-            delegate.record_arrivals = True
-            await run_cell(session, NESTED, delegate, ["echo"])
-            delegate.record_arrivals = False
-            arrivals = delegate.arrivals
-            nested += [b - a for a, b in itertools.pairwise(arrivals)]
-        fan_out = [
-            await timed_cell(session, PROMISE_ALL, delegate, ["sleep"])
-            for _ in range(config.n(30, 8))
-        ]
-    return trivial, nested, fan_out
+async def _nested(session: Session, delegate: Delegate) -> list[float]:
+    """One cell of 1,000 sequential tool calls: the times between successive calls."""
+    delegate.arrivals.clear()
+    delegate.record_arrivals = True
+    try:
+        await run_cell(session, NESTED, delegate, ["echo"])
+    finally:
+        delegate.record_arrivals = False
+    return [b - a for a, b in itertools.pairwise(delegate.arrivals)]
 
 
 async def _sleeps(runs: int) -> list[float]:
@@ -88,25 +80,53 @@ async def _sleeps(runs: int) -> list[float]:
     return timings
 
 
-async def figures(config: Config) -> list[Figure]:
-    async with _floors.open_floor_child() as child:
-        await _floors.ping_pong(child, config.n(200, 50), EXECUTE_BYTES, COMPLETED_BYTES)
-        execute_floor = await _floors.ping_pong(
-            child, config.n(2000, 300), EXECUTE_BYTES, COMPLETED_BYTES
-        )
-        call_floor = await _floors.ping_pong(child, config.n(2000, 300), ANSWER_BYTES, CALL_BYTES)
-    async with open_engine() as bare:
-        for _ in range(config.n(200, 50)):
+async def _measure(config: Config) -> dict[str, list[float]]:
+    """Every sample, by name. The floors and the figures are measured in rounds, one after the
+    other within each round, so that a machine whose load changes during the run weighs on
+    all of them alike."""
+    rounds = config.n(5, 2)
+    each = max(1, config.n(2000, 300) // rounds)
+    fan_outs = max(1, config.n(30, 8) // rounds)
+    samples: dict[str, list[float]] = collections.defaultdict(list)
+    delegate = Delegate()
+    async with contextlib.AsyncExitStack() as stack:
+        child = await stack.enter_async_context(_floors.open_floor_child())
+        bare = await stack.enter_async_context(open_engine())
+        sessions: dict[str, Session] = {}
+        for name, opener in PROVIDERS.items():
+            provider = await stack.enter_async_context(opener())
+            sessions[name] = await provider.create_session()
+        for _ in range(config.n(200, 50)):  # warm up: threads, allocator, caches
+            await _floors.ping_pong(child, 1, EXECUTE_BYTES, COMPLETED_BYTES)
             await _engine_floors.round_trip(bare)
-        engine_trip = [await _engine_floors.round_trip(bare) for _ in range(config.n(2000, 300))]
-        engine_turn = await _engine_floors.tool_turns(bare, config.n(2000, 300))
-    measured = {name: await _provider_figures(name, config) for name in PROVIDERS}
-    sleep_floor = stats(await _sleeps(config.n(30, 8)), MS)
+            for session in sessions.values():
+                await run_cell(session, TRIVIAL, delegate)
+        for _ in range(rounds):
+            pipe = _floors.ping_pong
+            samples["pipe"] += await pipe(child, each, EXECUTE_BYTES, COMPLETED_BYTES)
+            samples["pipe call"] += await pipe(child, each, ANSWER_BYTES, CALL_BYTES)
+            samples["engine"] += [await _engine_floors.round_trip(bare) for _ in range(each)]
+            samples["engine call"] += await _engine_floors.tool_turns(bare, each)
+            samples["sleep"] += await _sleeps(fan_outs)
+            for name, session in sessions.items():
+                samples[f"execute/{name}"] += [
+                    await timed_cell(session, TRIVIAL, delegate) for _ in range(each)
+                ]
+                samples[f"tool/{name}"] += await _nested(session, delegate)
+                samples[f"promise_all/{name}"] += [
+                    await timed_cell(session, PROMISE_ALL, delegate, ["sleep"])
+                    for _ in range(fan_outs)
+                ]
+    return samples
 
-    pipe = stats(execute_floor, MS)
-    engine = stats(engine_trip, MS)
-    pipe_call = stats(call_floor, US)
-    engine_call = stats(engine_turn, US)
+
+async def figures(config: Config) -> list[Figure]:
+    samples = await _measure(config)
+    sleep_floor = stats(samples["sleep"], MS)
+    pipe = stats(samples["pipe"], MS)
+    engine = stats(samples["engine"], MS)
+    pipe_call = stats(samples["pipe call"], US)
+    engine_call = stats(samples["engine call"], US)
     pipe_label = (
         f"trio ping-pong with a trio+msgspec child, {EXECUTE_BYTES} B out / {COMPLETED_BYTES} B"
         " back"
@@ -115,8 +135,8 @@ async def figures(config: Config) -> list[Figure]:
         f"trio ping-pong with a trio+msgspec child, {ANSWER_BYTES} B out / {CALL_BYTES} B back"
     )
     out: list[Figure] = []
-    for name, (trivial, _, _) in measured.items():
-        value = stats(trivial, MS)
+    for name in PROVIDERS:
+        value = stats(samples[f"execute/{name}"], MS)
         process = name == "process"
         out.append(
             figure(
@@ -131,8 +151,8 @@ async def figures(config: Config) -> list[Figure]:
                 details=_second_floor(value, engine if process else pipe, process),
             )
         )
-    for name, (_, nested, _) in measured.items():
-        value = stats(nested, US)
+    for name in PROVIDERS:
+        value = stats(samples[f"tool/{name}"], US)
         process = name == "process"
         out.append(
             figure(
@@ -147,14 +167,14 @@ async def figures(config: Config) -> list[Figure]:
                 details=_second_floor(value, engine_call if process else pipe_call, process),
             )
         )
-    for name, (_, _, fan_out) in measured.items():
+    for name in PROVIDERS:
         out.append(
             figure(
                 f"promise_all/{name}",
                 3,
                 f"Promise.all of {FAN_OUT} tool calls sleeping 10 ms, {name}",
                 "ms",
-                stats(fan_out, MS),
+                stats(samples[f"promise_all/{name}"], MS),
                 sleep_floor,
                 "trio.sleep(0.010)",
             )
