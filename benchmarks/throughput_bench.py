@@ -5,8 +5,9 @@ Each session runs cells of one tool call (`await tools.echo({})`) back to back, 
 initial response, until the run's time is up; cells/s counts every cell finished over the whole
 run. CPU per cell comes from /proc (`_proc.py`): the client process (this one; in-process its
 engine workers are here too) and the host process, each split into its trio thread, trio's
-thread cache and the engine workers. The in-process provider is measured first and is the
-process provider's reference at the same number of sessions. Goal (issue 10): >= 6,000 cells/s
+thread cache and the engine workers. Both providers are open at once and measured one after
+the other at each number of sessions; the in-process provider is the process provider's
+reference. Goal (issue 10): >= 6,000 cells/s
 with 64 sessions on the 2-core machine (stretch 10,000).
 
 Run: `python -m benchmarks.throughput_bench [--quick]` (from the repository's root).
@@ -14,6 +15,7 @@ Run: `python -m benchmarks.throughput_bench [--quick]` (from the repository's ro
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
@@ -65,23 +67,29 @@ def _samples(host: int | None) -> dict[str, _proc.CpuSample]:
     return samples
 
 
-async def _measure(name: str, config: Config) -> dict[int, Run]:
+async def _measure(config: Config) -> dict[str, dict[int, Run]]:
+    """Both providers open at once, measured one after the other at each number of sessions."""
     seconds = 3.0 if config.mode == "full" else 1.0 if config.mode == "quick" else 0.2
     delegate = Delegate()
-    runs = {}
-    async with PROVIDERS[name]() as provider:
-        sessions = [await provider.create_session() for _ in range(max(SESSIONS))]
-        host = _proc.child_running("codemode_host") if name == "process" else None
-        await _drive(sessions, delegate, seconds / 3)  # warm up every session
+    runs: dict[str, dict[int, Run]] = {name: {} for name in PROVIDERS}
+    async with contextlib.AsyncExitStack() as stack:
+        sessions: dict[str, list[Session]] = {}
+        for name, opener in PROVIDERS.items():
+            provider = await stack.enter_async_context(opener())
+            sessions[name] = [await provider.create_session() for _ in range(max(SESSIONS))]
+            await _drive(sessions[name], delegate, seconds / 3)  # warm up every session
+        host = _proc.child_running("codemode_host")
         for count in SESSIONS:
-            before = _samples(host)
-            cells, wall = await _drive(sessions[:count], delegate, seconds)
-            after = _samples(host)
-            cpu = {}
-            for side, start in before.items():
-                for component, used in _proc.cpu_by_component(start, after[side]).items():
-                    cpu[f"{side} {component}"] = used
-            runs[count] = Run(cells, wall, cpu)
+            for name, opened in sessions.items():
+                watched = host if name == "process" else None
+                before = _samples(watched)
+                cells, wall = await _drive(opened[:count], delegate, seconds)
+                after = _samples(watched)
+                cpu = {}
+                for side, start in before.items():
+                    for component, used in _proc.cpu_by_component(start, after[side]).items():
+                        cpu[f"{side} {component}"] = used
+                runs[name][count] = Run(cells, wall, cpu)
     return runs
 
 
@@ -97,7 +105,7 @@ def _details(run: Run) -> dict[str, float]:
 
 
 async def figures(config: Config) -> list[Figure]:
-    measured = {name: await _measure(name, config) for name in ("in-process", "process")}
+    measured = await _measure(config)
     out = []
     for name, runs in measured.items():
         for count, run in runs.items():
