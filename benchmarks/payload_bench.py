@@ -11,11 +11,15 @@ Run: `python -m benchmarks.payload_bench [--quick]` (from the repository's root)
 
 from __future__ import annotations
 
+import collections
+import contextlib
+
 import msgspec
 
 from benchmarks import _floors
 from benchmarks._cells import BIG_BYTES, OBJECTS, PROVIDERS, Delegate, timed_cell
 from benchmarks._measure import MS, Config, Figure, figure, standalone, stats
+from codemode import Session
 
 BIG = "const s = await tools.big({}); text(String(s.length));"
 MANY = "const o = await tools.objects({}); text(String(o.length));"
@@ -27,18 +31,29 @@ async def figures(config: Config) -> list[Figure]:
     objects = delegate.objects()
     object_bytes = len(msgspec.msgpack.encode(objects))
     big_bytes = b"x" * BIG_BYTES
-    async with _floors.open_floor_child() as child:
+    samples: dict[str, list[float]] = collections.defaultdict(list)
+    async with contextlib.AsyncExitStack() as stack:
+        child = await stack.enter_async_context(_floors.open_floor_child())
+        sessions: dict[str, Session] = {}
+        for name, opener in PROVIDERS.items():
+            provider = await stack.enter_async_context(opener())
+            sessions[name] = await provider.create_session()
+            await timed_cell(sessions[name], BIG, delegate, ["big"])  # warm up
         await _floors.one_way(child, 1, big_bytes)
-        big_floor = stats(await _floors.one_way(child, runs, big_bytes), MS)
-        many_floor = stats(await _floors.one_way(child, runs, objects), MS)
-    measured = {}
-    for name, opener in PROVIDERS.items():
-        async with opener() as provider:
-            session = await provider.create_session()
-            await timed_cell(session, BIG, delegate, ["big"])
-            big = [await timed_cell(session, BIG, delegate, ["big"]) for _ in range(runs)]
-            many = [await timed_cell(session, MANY, delegate, ["objects"]) for _ in range(runs)]
-        measured[name] = (stats(big, MS), stats(many, MS))
+        for _ in range(runs):  # floors and figures alternate: they share the machine's load
+            samples["big floor"] += await _floors.one_way(child, 1, big_bytes)
+            samples["many floor"] += await _floors.one_way(child, 1, objects)
+            for name, session in sessions.items():
+                samples[f"big/{name}"].append(await timed_cell(session, BIG, delegate, ["big"]))
+                samples[f"many/{name}"].append(
+                    await timed_cell(session, MANY, delegate, ["objects"])
+                )
+    big_floor = stats(samples["big floor"], MS)
+    many_floor = stats(samples["many floor"], MS)
+    measured = {
+        name: (stats(samples[f"big/{name}"], MS), stats(samples[f"many/{name}"], MS))
+        for name in PROVIDERS
+    }
     out = []
     for name, (big_stats, _) in measured.items():
         process = name == "process"
