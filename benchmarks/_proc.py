@@ -88,19 +88,23 @@ def children() -> list[int]:
 
 
 def child_running(marker: str) -> int:
-    """The pid of the one child whose command line contains `marker` (`codemode_host`).
+    """The pid of the newest child whose command line contains `marker` (`codemode_host`):
+    the host of the provider opened last (in a test run, an earlier test's host may still be
+    exiting).
 
     Raises:
-        LookupError: no such child, or more than one.
+        LookupError: no such child.
     """
-    matches = []
+    matches: list[tuple[int, int]] = []
     for pid in children():
         try:
             command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             continue
         if marker in command:
-            matches.append(pid)
-    if len(matches) != 1:
-        raise LookupError(f"expected one child running {marker!r}, found {matches}")
-    return matches[0]
+            started = int(stat[stat.rindex(")") + 2 :].split()[19])  # field 22 of proc(5)
+            matches.append((started, pid))
+    if not matches:
+        raise LookupError(f"no child process running {marker!r}")
+    return max(matches)[1]
