@@ -36,12 +36,19 @@ def typecheck(session: nox.Session) -> None:
     session.run("python", "-m", "tests.typecheck")
 
 
+# The peer of the engine benchmark: the quickjs-ng wheel of the version the engine is built from
+# (setup.py QUICKJS_REQUIREMENT); installed here only, never a dependency of codemode.
+QUICKJS_WHEEL = "quickjs-ng==0.17.0.2"
+
+
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Every benchmark script; each prints its figures beside a baseline of the same run."""
-    session.install("-e", ".[dev]")
-    for script in sorted(Path("benchmarks").glob("*_bench.py")):
-        session.run("python", str(script))
+    """The benchmark table of issue 10: every figure beside its floor, one table printed and
+    written as JSON (`benchmarks/results/latest.json`). `nox -s bench -- --quick` cuts the
+    repetitions; `-- --json PATH` writes elsewhere. `benchmarks/waiting_bench.py` (model turns,
+    30 s of wall time) runs on its own."""
+    session.install("-e", ".[dev]", QUICKJS_WHEEL)
+    session.run("python", "-m", "benchmarks.table", *session.posargs)
 
 
 @nox.session

@@ -1,181 +1,194 @@
-"""Engine figures, each printed beside a baseline measured in the same run.
+"""The engine against its peers (item 7 of issue 10's table), in the same run.
 
-Figures (issue "the package and the QuickJS engine"):
-- cell creation: runtime + context + globals, timed on the worker (`Started.setup_ns`);
-- fib(30) in a cell, against the same function in CPython;
-- interrupt latency of `while (true) {}`: from `interrupt()` to the trio task holding
-  `Finished(INTERRUPTED)`, median and max over 50 runs;
-- a submit-run-collect round trip: a trivial cell (`1`) from `start_cell` to `Finished`, and one
-  tool-call turn of a warm cell (settle, run, next event), against a `trio.to_thread.run_sync`
-  no-op, the per-turn hand-off the design avoids (engine-notes section 3);
-- throughput: trivial cells per second with 64 in flight.
+- `fib(30)` and a JSON-heavy workload (`JSON.stringify` then `JSON.parse` of an object of about
+  1 MB, 20 times), each in a bare engine cell (`codemode_host.engine`, `start_cell` ->
+  `Finished`), against the `quickjs-ng` wheel from PyPI (`import quickjs`, a fresh `Context`,
+  the work timed around `eval`) and `node` when it is on `PATH` (timed inside node with
+  `process.hrtime`, after one warm-up run, so its start and JIT warm-up are not counted);
+- cell creation (runtime + context + globals, timed on the worker: `Started.setup_ns`) against
+  the wheel's `Context()` + `eval("1")` + free, from Python.
 
-Run: `python benchmarks/engine_bench.py` (no assertions: speed is reported, never asserted).
+The wheel is the floor: the same QuickJS-ng version (the nox session pins it to the one the
+engine is built from), built by its maintainers. Goal (issue 10): `fib(30)` at least 1.5x
+faster than the wheel, that is a ratio <= 0.67.
+
+Run: `python -m benchmarks.engine_bench [--quick]` (from the repository's root).
 """
 
 from __future__ import annotations
 
-import statistics
+import importlib
+import json
+import shutil
 import time
-from collections.abc import Callable
+from types import ModuleType
 
 import trio
-from codemode_host.engine import (
-    CellTool,
-    Engine,
-    EngineCell,
-    Finished,
-    Outcome,
-    Started,
-    TextOutput,
-    ToolCallRequested,
-    open_engine,
+from codemode_host.engine import Finished, Started, open_engine
+
+from benchmarks._engine_floors import timed_source
+from benchmarks._measure import (
+    MS,
+    US,
+    Config,
+    Figure,
+    Stats,
+    WorkloadError,
+    figure,
+    standalone,
+    stats,
 )
 
+WHEEL = "quickjs-ng==0.17.0.2"
 FIB = "function fib(n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }"
+JSON_WORK = """
+function makeObject(items) {
+  const list = [];
+  for (let i = 0; i < items; i++) {
+    list.push({ id: i, name: "item " + i, tags: ["alpha", "beta"], score: i / 2, ok: i % 2 === 0 });
+  }
+  return { list };
+}
+function jsonWork(items, rounds) {
+  const object = makeObject(items);
+  let size = 0;
+  for (let i = 0; i < rounds; i++) {
+    const text = JSON.stringify(object);
+    size = text.length;
+    JSON.parse(text);
+  }
+  return size;
+}
+"""
 
 
-def fib(n: int) -> int:
-    return n if n < 2 else fib(n - 1) + fib(n - 2)
+class Workload:
+    def __init__(self, name: str, label: str, definitions: str, call: str) -> None:
+        self.name = name
+        self.label = label
+        self.definitions = definitions
+        self.call = call
 
 
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:8.3f} ms"
+def workloads(config: Config) -> list[Workload]:
+    fib_n, items, rounds = (20, 1000, 2) if config.smoke else (30, 13_000, 20)
+    return [
+        Workload("fib", f"fib({fib_n})", FIB, f"fib({fib_n})"),
+        Workload(
+            "json",
+            f"JSON stringify+parse x{rounds} of {items:,} items (about {items * 80 // 1000:,} kB)",
+            JSON_WORK,
+            f"jsonWork({items}, {rounds})",
+        ),
+    ]
 
 
-async def until(cell: EngineCell, predicate: Callable[[object], bool]) -> object:
-    """The first event that satisfies `predicate`; later events of its batch are dropped, so
-    only use it where nothing the caller needs can follow in the same batch."""
-    while True:
-        for event in await cell.next_events():
-            if predicate(event):
-                return event
+def _wheel() -> ModuleType | None:
+    try:
+        return importlib.import_module("quickjs")
+    except ImportError:
+        return None
 
 
-async def all_events(cell: EngineCell) -> list[object]:
-    events: list[object] = []
-    while not events or not finished(events[-1]):
-        events.extend(await cell.next_events())
-    return events
-
-
-def finished(event: object) -> bool:
-    return isinstance(event, Finished)
-
-
-async def run_trivial(engine: Engine) -> float:
+def _wheel_run(quickjs: ModuleType, work: Workload) -> float:
+    context = quickjs.Context()
+    context.eval(work.definitions)
     start = time.perf_counter()
-    with engine.start_cell("1") as cell:
-        await until(cell, finished)
+    context.eval(work.call)
     return time.perf_counter() - start
 
 
-async def cell_creation(engine: Engine, runs: int) -> list[float]:
+def _wheel_context(quickjs: ModuleType) -> float:
+    start = time.perf_counter()
+    context = quickjs.Context()
+    context.eval("1")
+    del context
+    return time.perf_counter() - start
+
+
+async def _node_runs(work: Workload, runs: int) -> list[float] | None:
+    node = shutil.which("node")
+    if node is None:
+        return None
+    script = f"""{work.definitions}
+{work.call};
+const times = [];
+for (let i = 0; i < {runs}; i++) {{
+  const start = process.hrtime.bigint();
+  {work.call};
+  times.push(Number(process.hrtime.bigint() - start) / 1e9);
+}}
+console.log(JSON.stringify(times));
+"""
+    result = await trio.run_process([node, "-e", script], capture_stdout=True)
+    timings: list[float] = json.loads(result.stdout)
+    return timings
+
+
+async def _cell_creation(runs: int) -> list[float]:
     setups = []
-    for _ in range(runs):
-        with engine.start_cell("1") as cell:
-            started = (await all_events(cell))[0]
-            assert isinstance(started, Started)
-            setups.append(started.setup_ns / 1e9)
+    async with open_engine() as engine:
+        for _ in range(runs):
+            with engine.start_cell("1") as cell:
+                events = await cell.next_events()
+                while not isinstance(events[-1], Finished):
+                    events += await cell.next_events()
+            if not isinstance(events[0], Started):
+                raise WorkloadError(f"a cell's first event was not Started: {events[0]}")
+            setups.append(events[0].setup_ns / 1e9)
     return setups
 
 
-async def fib30(engine: Engine) -> float:
-    start = time.perf_counter()
-    with engine.start_cell(f"{FIB} text(fib(30))") as cell:
-        await until(cell, finished)
-    return time.perf_counter() - start
-
-
-async def interrupt_latency(engine: Engine) -> float:
-    with engine.start_cell('text("spin"); while (true) {}') as cell:
-        await until(cell, lambda e: isinstance(e, TextOutput))
-        start = time.perf_counter()
-        cell.interrupt()
-        event = await until(cell, finished)
-        elapsed = time.perf_counter() - start
-        assert isinstance(event, Finished)
-        assert event.outcome is Outcome.INTERRUPTED
-    return elapsed
-
-
-async def tool_turns(engine: Engine, turns: int) -> list[float]:
-    source = f"for (let i = 0; i < {turns + 1}; i++) await tools.t();"
-    timings = []
-    with engine.start_cell(source, tools=[CellTool("t")]) as cell:
-        call = await until(cell, lambda e: isinstance(e, ToolCallRequested))
-        for _ in range(turns):
-            assert isinstance(call, ToolCallRequested)
-            start = time.perf_counter()
-            cell.settle_tool_call(call.call_id, b"null")
-            call = await until(cell, lambda e: isinstance(e, ToolCallRequested))
-            timings.append(time.perf_counter() - start)
-        cell.interrupt()
-        await until(cell, finished)
-    return timings
-
-
-async def throughput(engine: Engine, total: int, in_flight: int) -> float:
-    remaining = total
-
-    async def worker() -> None:
-        nonlocal remaining
-        while remaining > 0:
-            remaining -= 1
-            await run_trivial(engine)
-
-    start = time.perf_counter()
-    async with trio.open_nursery() as nursery:
-        for _ in range(in_flight):
-            nursery.start_soon(worker)
-    return total / (time.perf_counter() - start)
-
-
-async def to_thread_round_trips(runs: int) -> list[float]:
-    timings = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        await trio.to_thread.run_sync(lambda: None)
-        timings.append(time.perf_counter() - start)
-    return timings
-
-
-async def main() -> None:
-    async with open_engine() as engine:
-        for _ in range(200):  # warm up: threads, allocator, caches
-            await run_trivial(engine)
-        setups = await cell_creation(engine, 500)
-        trivial = [await run_trivial(engine) for _ in range(500)]
-        turns = await tool_turns(engine, 500)
-        handoffs = await to_thread_round_trips(500)
-        fib_js = min([await fib30(engine) for _ in range(3)])
-        start = time.perf_counter()
-        fib(30)
-        fib_py = time.perf_counter() - start
-        latencies = [await interrupt_latency(engine) for _ in range(50)]
-        rate = await throughput(engine, 20_000, 64)
-        rate_1 = await throughput(engine, 5_000, 1)
-
-    median = statistics.median
-    handoff = median(handoffs)
-    print(f"engine: QuickJS-ng {__import__('codemode_host._quickjs')._quickjs.QUICKJS_VERSION}")
-    print(f"cell creation (runtime+context+globals), median {ms(median(setups))}")
-    print(f"trivial cell round trip (start -> Finished), median {ms(median(trivial))}")
-    print(
-        f"tool-call turn (settle -> next call), median {ms(median(turns))}"
-        f"   baseline trio.to_thread no-op {ms(handoff)}"
-        f"   ratio {median(turns) / handoff:.2f}"
+async def figures(config: Config) -> list[Figure]:
+    quickjs = _wheel()
+    runs = config.n(5, 2)
+    out = []
+    for work in workloads(config):
+        source = f"{work.definitions}\ntext(String({work.call}));"
+        async with open_engine() as engine:
+            engine_runs = [await timed_source(engine, source) for _ in range(runs)]
+        wheel = stats([_wheel_run(quickjs, work) for _ in range(runs)], MS) if quickjs else None
+        node = await _node_runs(work, runs)
+        details: dict[str, float] = {}
+        value = stats(engine_runs, MS)
+        if node is not None:
+            node_stats = stats(node, MS)
+            details = {"node median": node_stats.median, "ratio to node": _ratio(value, node_stats)}
+        out.append(
+            figure(
+                f"engine/{work.name}",
+                7,
+                f"{work.label}, bare engine cell",
+                "ms",
+                value,
+                wheel,
+                f"{WHEEL} wheel, Context.eval" if quickjs else None,
+                goal="<= 0.67x floor (1.5x faster)" if work.name == "fib" else None,
+                details=details,
+                note=None if quickjs else f"no floor: the {WHEEL} wheel is not installed",
+            )
+        )
+    creation = await _cell_creation(config.n(500, 100))
+    wheel_contexts = [_wheel_context(quickjs) for _ in range(config.n(500, 100))] if quickjs else []
+    out.append(
+        figure(
+            "engine/cell_creation",
+            7,
+            "cell creation (runtime + context + globals, on the worker)",
+            "us",
+            stats(creation, US),
+            stats(wheel_contexts, US) if quickjs else None,
+            f"{WHEEL} wheel, Context() + eval('1') + free, from Python" if quickjs else None,
+            goal="<= 20 us on the critical path; CPU <= 1.3x floor",
+            note=None if quickjs else f"no floor: the {WHEEL} wheel is not installed",
+        )
     )
-    print(
-        f"fib(30) in a cell {ms(fib_js)}   baseline CPython {ms(fib_py)}"
-        f"   ratio {fib_js / fib_py:.2f}"
-    )
-    print(
-        f"interrupt latency (interrupt -> Finished in trio) over 50: median"
-        f" {ms(median(latencies))}, max {ms(max(latencies))}"
-    )
-    print(f"trivial cells/s, 64 in flight {rate:10.0f}   1 in flight {rate_1:10.0f}")
+    return out
+
+
+def _ratio(value: Stats, other: Stats) -> float:
+    return value.median / other.median
 
 
 if __name__ == "__main__":
-    trio.run(main)
+    standalone(figures)

@@ -1,0 +1,110 @@
+"""Reading processes and threads from /proc (Linux): CPU time per thread, resident memory, and
+the host process among this process's children. No psutil: only what the kernel prints.
+
+Threads are put in one of three components by what they are:
+- "trio": the process's main thread (tid == pid), where the trio loop runs;
+- "engine workers": threads named as the main thread: the QuickJS workers are native threads
+  that never name themselves, so they keep the name (`comm`) of the thread that made them;
+- "other threads": the rest, that is threads that named themselves, like trio's thread cache
+  (`Trio thread N`, or `<function> from <task>` while it runs a job: `trio.to_thread`,
+  process spawns).
+A thread that exited during a measurement took its CPU time out of /proc/<pid>/task; what the
+whole process used (/proc/<pid>/stat) minus the living threads is reported as "exited threads".
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+TICK_US = 1e6 / os.sysconf("SC_CLK_TCK")
+
+COMPONENTS = ("trio", "engine workers", "other threads", "exited threads")
+
+
+def _cpu_ticks(stat_path: Path) -> int:
+    """utime + stime of a /proc stat file, in clock ticks."""
+    text = stat_path.read_text()
+    # The command name (field 2) is in parentheses and may hold spaces: split after it.
+    fields = text[text.rindex(")") + 2 :].split()
+    return int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5)
+
+
+def _component(pid: int, tid: int, task: Path, main_comm: str) -> str:
+    if tid == pid:
+        return "trio"
+    try:
+        comm = (task / "comm").read_text()
+    except OSError:
+        return "exited threads"
+    return "engine workers" if comm == main_comm else "other threads"
+
+
+class CpuSample:
+    """CPU time of one process at one moment, per thread and in total (microseconds)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.total = _cpu_ticks(Path(f"/proc/{pid}/stat")) * TICK_US
+        self.threads: dict[int, tuple[str, float]] = {}
+        main_comm = Path(f"/proc/{pid}/comm").read_text()
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                ticks = _cpu_ticks(task / "stat")
+            except (OSError, ValueError):
+                continue  # the thread exited while we looked
+            tid = int(task.name)
+            self.threads[tid] = (_component(pid, tid, task, main_comm), ticks * TICK_US)
+
+
+def cpu_by_component(before: CpuSample, after: CpuSample) -> dict[str, float]:
+    """Microseconds of CPU each component used between two samples of the same process."""
+    used = dict.fromkeys(COMPONENTS, 0.0)
+    for tid, (component, end) in after.threads.items():
+        start = before.threads.get(tid, (component, 0.0))[1]
+        used[component] += end - start
+    living = sum(used.values())
+    used["exited threads"] = max(0.0, (after.total - before.total) - living)
+    return used
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of `pid` (VmRSS of /proc/<pid>/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise LookupError(f"no VmRSS for pid {pid}")
+
+
+def children() -> list[int]:
+    """This process's child processes (every thread's: trio spawns from worker threads)."""
+    found: list[int] = []
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            found += [int(pid) for pid in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
+def child_running(marker: str) -> int:
+    """The pid of the newest child whose command line contains `marker` (`codemode_host`):
+    the host of the provider opened last (in a test run, an earlier test's host may still be
+    exiting).
+
+    Raises:
+        LookupError: no such child.
+    """
+    matches: list[tuple[int, int]] = []
+    for pid in children():
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if marker in command:
+            started = int(stat[stat.rindex(")") + 2 :].split()[19])  # field 22 of proc(5)
+            matches.append((started, pid))
+    if not matches:
+        raise LookupError(f"no child process running {marker!r}")
+    return max(matches)[1]

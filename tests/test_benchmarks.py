@@ -1,0 +1,47 @@
+"""The benchmark table still runs and writes its JSON (benchmarks/table.py), so the instrument
+does not rot between the runs that matter. Smoke mode: two or three repetitions of a subset of
+the scripts; no timing is asserted, only the shape of what is written."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import trio
+
+from benchmarks import chart, engine_bench, table
+from benchmarks._measure import SCHEMA, Config, read_json, render, write_json
+from tests.typecheck import ROOT
+
+# The faster scripts; startup and payload spawn a host several times and move 16 MiB, and only
+# their imports are checked here (table imports every script).
+SUBSET = ["latency", "terminate", "throughput", "memory", "engine"]
+
+
+async def test_the_table_runs_in_smoke_mode_and_writes_its_schema(tmp_path: Path) -> None:
+    with trio.fail_after(120):
+        written = await table.measure(Config(mode="smoke"), SUBSET)
+    path = tmp_path / "results" / "table.json"
+    write_json(written, path)
+    loaded = read_json(path)
+
+    assert loaded.schema == SCHEMA
+    assert loaded.mode == "smoke"
+    assert loaded.machine.cpus >= 1
+    assert {figure.item for figure in loaded.figures} == {1, 2, 3, 4, 5, 6, 7}
+    keys = [figure.key for figure in loaded.figures]
+    assert len(keys) == len(set(keys))
+    for key in ("execute/process", "tool/process", "throughput/64/process", "engine/fib"):
+        assert key in keys
+    for figure in loaded.figures:
+        assert figure.value.n >= 1
+        if figure.floor is not None and figure.floor.median > 0:
+            assert figure.ratio is not None
+    assert "execute -> Completed" in render(loaded.figures)
+
+    svg = chart.svg(loaded)
+    assert ElementTree.fromstring(svg).tag.endswith("svg")
+
+
+def test_nox_installs_the_wheel_the_engine_benchmark_names() -> None:
+    assert f'"{engine_bench.WHEEL}"' in (ROOT / "noxfile.py").read_text()
