@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 import msgspec
-from codemode_host.engine import DEFAULT_MAX_WORKERS
+from codemode_host.engine import DEFAULT_MAX_WORKERS, MAX_WORKERS
 
 from codemode import AdmissionLimits
 from codemode.errors import UnsupportedPlatformError
@@ -99,6 +99,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _worker_count(text: str) -> int:
+    value = _positive(text)
+    if value > MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_WORKERS} workers, got {text!r}")
+    return value
+
+
 def _level(text: str) -> str:
     level = text.upper()
     if level not in LOG_LEVELS:
@@ -137,14 +144,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--workers",
-        type=_positive,
+        type=_worker_count,
         default=None,
         metavar="N",
         help="native engine worker threads to start with (default: one per core)",
     )
     parser.add_argument(
         "--max-workers",
-        type=_positive,
+        type=_worker_count,
         default=None,
         metavar="N",
         help="the most engine worker threads the pool grows to while long-running cells "

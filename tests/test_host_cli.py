@@ -50,6 +50,7 @@ def test_help_describes_the_program_and_its_options() -> None:
         (["--workers", "0"], "argument --workers: expected a positive integer, got '0'"),
         (["--workers", "x"], "argument --workers: expected a positive integer, got 'x'"),
         (["--max-workers"], "argument --max-workers: expected one argument"),
+        (["--max-workers", "1025"], "argument --max-workers: expected at most 1024 workers"),
         (["--log-level", "loud"], "argument --log-level: expected one of DEBUG, INFO, WARNING,"),
     ],
 )
@@ -70,6 +71,17 @@ async def test_the_host_serves_with_its_options() -> None:
             session = await provider.create_session()
             response = await run(session, RecordingDelegate(), "text(6 * 7)")
             assert isinstance(response, Completed)
+            assert texts(response) == ["42"]
+
+
+async def test_an_active_cell_cap_past_the_engine_worker_bound_still_serves() -> None:
+    # The worker ceiling follows the active-cell cap; past the engine's 1,024 workers it used
+    # to crash the host at start with a traceback.
+    command = [*HOST, "--max-active-cells", "5000"]
+    with trio.fail_after(30):
+        async with codemode.open_process_provider(command) as provider:
+            session = await provider.create_session()
+            response = await run(session, RecordingDelegate(), "text(6 * 7)")
             assert texts(response) == ["42"]
 
 

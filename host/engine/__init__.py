@@ -8,6 +8,7 @@
 from ._engine import DEFAULT_MAX_WORKERS as DEFAULT_MAX_WORKERS
 from ._engine import DEFAULT_STACK_LIMIT as DEFAULT_STACK_LIMIT
 from ._engine import MAX_STACK_LIMIT as MAX_STACK_LIMIT
+from ._engine import MAX_WORKERS as MAX_WORKERS
 from ._engine import CellTool as CellTool
 from ._engine import Engine as Engine
 from ._engine import EngineCell as EngineCell
@@ -33,6 +34,7 @@ __all__ = [
     "DEFAULT_MAX_WORKERS",
     "DEFAULT_STACK_LIMIT",
     "MAX_STACK_LIMIT",
+    "MAX_WORKERS",
     "CellEvent",
     "CellTool",
     "Engine",

@@ -33,6 +33,8 @@ MAX_STACK_LIMIT = _quickjs.MAX_STACK_LIMIT
 DEFAULT_STACK_LIMIT = _quickjs.DEFAULT_STACK_LIMIT
 
 DEFAULT_MAX_WORKERS = 64
+MAX_WORKERS = 1024
+"""The most worker threads an engine may have (the binding's bound)."""
 """Worker threads the engine may grow to while cells that compute for long hold the others."""
 
 

@@ -13,12 +13,14 @@ Rules:
    back when its task ends (or when the cell drops it unstarted). A tool call past the bound
    rejects its promise at once and never reaches the delegate.
 4. The engine may grow to at least as many workers as there are active-cell slots
-   (`worker_ceiling`): spinning cells up to the cap never keep another cell from a worker.
+   (`worker_ceiling`), up to the engine's bound (`MAX_WORKERS`, 1,024): spinning cells up to
+   the cap never keep another cell from a worker. (Past 1,024 active cells, spinning cells
+   can.)
 """
 
 from __future__ import annotations
 
-from codemode_host.engine import DEFAULT_MAX_WORKERS
+from codemode_host.engine import DEFAULT_MAX_WORKERS, MAX_WORKERS
 
 from codemode import AdmissionLimits
 from codemode.errors import TOO_MANY_CELLS, AdmissionError, too_many_uncollected
@@ -71,4 +73,4 @@ class Admission:
 
 def worker_ceiling(limits: AdmissionLimits) -> int:
     """The `max_workers` to start the engine with (rule 4)."""
-    return max(DEFAULT_MAX_WORKERS, limits.max_active_cells)
+    return min(MAX_WORKERS, max(DEFAULT_MAX_WORKERS, limits.max_active_cells))
