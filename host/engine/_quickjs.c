@@ -38,10 +38,11 @@
  *    context and the prelude evaluated, up to `prepared_target`; `start_cell` takes one if there
  *    is one, so the runtime's creation is off the cell's critical path. A prepared runtime
  *    belongs to the cell_t it was made for (its allocator, interrupt handler and runtime opaque
- *    point at it), so a prepared cell is a cell_t without a key yet. Nothing cell-specific
- *    happens before it is taken: limits are applied and the prelude's install runs with the
- *    cell's configuration at its start. A preparation that fails (the heap budget is used up)
- *    stops the refill until the next cell starts.
+ *    point at it), so a prepared cell is a cell_t without a key yet. Preparing runs the
+ *    prelude's preparer (helpers defined, disallowed globals removed); nothing cell-specific
+ *    happens before the runtime is taken: at the cell's start its limits are applied and the
+ *    prelude's configurer runs with its configuration. A preparation that fails (the heap
+ *    budget is used up) stops the refill until the next cell starts.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -144,7 +145,7 @@ typedef struct cell {
     JSContext *ctx;
     JSValue module_promise;
     JSValue dispatch;
-    JSValue install; /* the prelude's install function, evaluated ahead of use (rule 9) */
+    JSValue configure; /* the prelude's configurer, made ahead of use (rule 9) */
     struct cell *prepared_next;
     bool finished;
     bool exit_requested;
@@ -868,8 +869,8 @@ static void free_js(cell_t *c)
     c->heap_enforced = false;
     JS_FreeValue(c->ctx, c->module_promise);
     JS_FreeValue(c->ctx, c->dispatch);
-    JS_FreeValue(c->ctx, c->install);
-    c->install = JS_UNDEFINED;
+    JS_FreeValue(c->ctx, c->configure);
+    c->configure = JS_UNDEFINED;
     JS_FreeContext(c->ctx);
     JS_FreeRuntime(c->rt);
     c->rt = NULL;
@@ -959,7 +960,7 @@ static bool create_runtime(cell_t *c)
     c->heap_enforced = true;
     c->module_promise = JS_UNDEFINED;
     c->dispatch = JS_UNDEFINED;
-    c->install = JS_UNDEFINED;
+    c->configure = JS_UNDEFINED;
     c->rt = JS_NewRuntime2(&cell_malloc_functions, c);
     if (!c->rt) {
         heap_release(c);
@@ -976,10 +977,23 @@ static bool create_runtime(cell_t *c)
         heap_release(c);
         return false;
     }
-    JSValue install = JS_ReadObject(c->ctx, e->prelude, e->prelude_len, JS_READ_OBJ_BYTECODE);
-    if (!JS_IsException(install))
-        install = JS_EvalFunction(c->ctx, install);
-    c->install = install; /* an exception is reported by start_cell */
+    /* The prelude yields its preparer, which takes the hooks and returns the configurer. */
+    JSValue prepare = JS_ReadObject(c->ctx, e->prelude, e->prelude_len, JS_READ_OBJ_BYTECODE);
+    if (!JS_IsException(prepare))
+        prepare = JS_EvalFunction(c->ctx, prepare);
+    if (JS_IsException(prepare)) {
+        c->configure = JS_EXCEPTION; /* reported by start_cell */
+        return true;
+    }
+    JSValue hooks = make_hooks(c->ctx);
+    if (JS_IsException(hooks)) {
+        JS_FreeValue(c->ctx, prepare);
+        c->configure = JS_EXCEPTION;
+        return true;
+    }
+    c->configure = JS_Call(c->ctx, prepare, JS_UNDEFINED, 1, (JSValueConst *)&hooks);
+    JS_FreeValue(c->ctx, hooks);
+    JS_FreeValue(c->ctx, prepare);
     return true;
 }
 
@@ -991,8 +1005,10 @@ static cell_t *prepare_cell(engine_t *e)
         return NULL;
     c->engine = e;
     c->finish_node = calloc(1, sizeof(finish_node_t));
-    if (c->finish_node && create_runtime(c) && !JS_IsException(c->install))
+    if (c->finish_node && create_runtime(c) && !JS_IsException(c->configure))
         return c;
+    if (c->ctx && JS_IsException(c->configure))
+        JS_FreeValue(c->ctx, JS_GetException(c->ctx));
     free_js(c);
     free(c->finish_node);
     free(c);
@@ -1010,26 +1026,21 @@ static void start_cell(cell_t *c, command_t *cmd)
         return;
     }
     JS_SetMaxStackSize(c->rt, c->stack_limit);
-    JSValue install = c->install;
-    c->install = JS_UNDEFINED;
-    if (JS_IsException(install)) {
+    JSValue configure = c->configure;
+    c->configure = JS_UNDEFINED;
+    if (JS_IsException(configure)) {
         finish_with_exception(c);
         return;
     }
-    JSValue args[2];
-    args[0] = make_hooks(c->ctx);
-    args[1] = JS_ParseJSON(c->ctx, cmd->data2, cmd->len2, "<config>");
-    if (JS_IsException(args[0]) || JS_IsException(args[1])) {
-        JS_FreeValue(c->ctx, args[0]);
-        JS_FreeValue(c->ctx, args[1]);
-        JS_FreeValue(c->ctx, install);
+    JSValue config = JS_ParseJSON(c->ctx, cmd->data2, cmd->len2, "<config>");
+    if (JS_IsException(config)) {
+        JS_FreeValue(c->ctx, configure);
         finish_with_exception(c);
         return;
     }
-    c->dispatch = JS_Call(c->ctx, install, JS_UNDEFINED, 2, (JSValueConst *)args);
-    JS_FreeValue(c->ctx, args[0]);
-    JS_FreeValue(c->ctx, args[1]);
-    JS_FreeValue(c->ctx, install);
+    c->dispatch = JS_Call(c->ctx, configure, JS_UNDEFINED, 1, (JSValueConst *)&config);
+    JS_FreeValue(c->ctx, config);
+    JS_FreeValue(c->ctx, configure);
     if (JS_IsException(c->dispatch)) {
         c->dispatch = JS_UNDEFINED;
         finish_with_exception(c);

@@ -2,13 +2,15 @@
  * prelude.js: the global API of a cell (reference-runtime section 3), run as trusted code in
  * every fresh context before the cell's own source.
  *
- * The binding evaluates this script, which yields the installer function below, and calls it
- * with the native hooks (a null-prototype object of C functions) and the cell's configuration
- * ({tools: [{name, description}], stored: {key: "<JSON text>"}, store_load: bool,
- * stored_limit: number}). The
- * installer defines the globals (`store` and `load` only with store_load), removes every global
- * the reference does not allow (section 3.2), and returns the dispatcher through which the
- * binding settles tool calls and fires timers.
+ * The binding evaluates this script in two steps. The script yields the preparer below, which
+ * the binding calls with the native hooks (a null-prototype object of C functions) when it
+ * prepares a runtime, ahead of any cell (engine rule 9): it defines the helpers and removes
+ * every global the reference does not allow (section 3.2), and returns the configurer. When a
+ * cell starts, the binding calls the configurer with the cell's configuration ({tools: [{name,
+ * description}], stored: {key: "<JSON text>"}, store_load: bool, stored_limit: number}): it
+ * adds the globals (`store` and `load` only with store_load) and returns the dispatcher through
+ * which the binding settles tool calls and fires timers. Nothing cell-specific happens before
+ * the configurer runs.
  *
  * Rules:
  * 1. The hooks and all bookkeeping live in this closure: cell code can neither reach nor
@@ -19,7 +21,7 @@
  * 3. Values leave as JSON text and come back through JSON.parse: every load and every tool
  *    result is a fresh copy.
  */
-(function installCellGlobals(native, config) {
+(function prepareCellGlobals(native) {
   "use strict";
 
   const global = globalThis;
@@ -254,13 +256,9 @@
   const storedValues = nullObject();
   // The session's limit on its stored values (0: none), in characters of keys and JSON texts
   // (UTF-16 code units: bytes for ASCII); this cell sees the values as of its start plus its
-  // own writes, and that is what it counts.
-  const storedLimit = config.stored_limit;
+  // own writes, and that is what it counts. Both are set by the configurer.
+  let storedLimit = 0;
   let storedSize = 0;
-  for (const key of ownNames(config.stored)) {
-    storedValues[key] = config.stored[key];
-    storedSize += key.length + storedValues[key].length;
-  }
 
   function keyText(key, helper) {
     try {
@@ -366,11 +364,6 @@
 
   const tools = {};
   const allTools = [];
-  for (let index = 0; index < config.tools.length; index++) {
-    const { name, description } = config.tools[index];
-    tools[name] = nestedTool(index);
-    allTools[allTools.length] = { name, description };
-  }
 
   // ---- stack frames ----------------------------------------------------------------------
 
@@ -409,12 +402,6 @@
     exit,
   };
 
-  // A session without stored values (reference StoreLoadMode) has no store/load at all.
-  if (config.store_load) {
-    added.store = store;
-    added.load = load;
-  }
-
   const allowed = nullObject();
   for (const name of [
     "AggregateError", "Array", "ArrayBuffer", "AsyncDisposableStack", "BigInt", "BigInt64Array",
@@ -427,18 +414,17 @@
     "WeakMap", "WeakRef", "WeakSet", "__codexContentItems", "add_content", "decodeURI",
     "decodeURIComponent", "encodeURI", "encodeURIComponent", "escape", "eval", "globalThis",
     "isFinite", "isNaN", "parseFloat", "parseInt", "undefined", "unescape",
-    ...ownNames(added),
+    ...ownNames(added), "store", "load",
   ]) {
     allowed[name] = true;
   }
   for (const name of ownNames(global)) {
     if (!allowed[name]) deleteProperty(global, name);
   }
-  for (const name of ownNames(added)) global[name] = added[name];
 
   // The binding calls this: (1, id, ok, payload) settles tool call `tool-<id>` with a JSON
   // result (ok) or an error text; (2, id) fires a timer. What it throws fails the cell.
-  return function dispatch(kind, id, ok, payload) {
+  function dispatch(kind, id, ok, payload) {
     if (kind === 1) {
       const call = pendingCalls[id];
       if (call === undefined) throw `unknown tool call \`tool-${id}\``;
@@ -452,5 +438,26 @@
       pendingTimers--;
       apply(callback, undefined, []);
     }
+  }
+
+  // The cell's own part, when it starts: its stored values, its tools, and the globals.
+  return function configure(config) {
+    storedLimit = config.stored_limit;
+    for (const key of ownNames(config.stored)) {
+      storedValues[key] = config.stored[key];
+      storedSize += key.length + storedValues[key].length;
+    }
+    for (let index = 0; index < config.tools.length; index++) {
+      const { name, description } = config.tools[index];
+      tools[name] = nestedTool(index);
+      allTools[allTools.length] = { name, description };
+    }
+    // A session without stored values (reference StoreLoadMode) has no store/load at all.
+    if (config.store_load) {
+      added.store = store;
+      added.load = load;
+    }
+    for (const name of ownNames(added)) global[name] = added[name];
+    return dispatch;
   };
 });
