@@ -951,9 +951,26 @@ static JSValue evaluate_cell(JSContext *ctx, const char *source, size_t len)
     return promise;
 }
 
-/* Creates the cell's runtime and context and evaluates the prelude, which gives the install
-   function; false (and nothing allocated) if memory ran out. Runs on a worker, ahead of use for a
-   prepared cell (rule 9). */
+/* A context with the intrinsics a cell may keep: JS_NewContext's, less `atob`/`btoa` and
+   `performance`, which the prelude would delete at once (reference-runtime 3.2). */
+static JSContext *new_cell_context(JSRuntime *rt)
+{
+    JSContext *ctx = JS_NewContextRaw(rt);
+    if (!ctx)
+        return NULL;
+    if (JS_AddIntrinsicBaseObjects(ctx) || JS_AddIntrinsicDate(ctx) || JS_AddIntrinsicEval(ctx) ||
+        JS_AddIntrinsicRegExp(ctx) || JS_AddIntrinsicJSON(ctx) || JS_AddIntrinsicProxy(ctx) ||
+        JS_AddIntrinsicMapSet(ctx) || JS_AddIntrinsicTypedArrays(ctx) ||
+        JS_AddIntrinsicPromise(ctx) || JS_AddIntrinsicWeakRef(ctx)) {
+        JS_FreeContext(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+/* Creates the cell's runtime and context and runs the prelude's preparer, which gives the
+   configurer (or an exception, reported by start_cell); false (and nothing allocated) if memory
+   ran out. Runs on a worker, ahead of use for a prepared cell (rule 9). */
 static bool create_runtime(cell_t *c)
 {
     engine_t *e = c->engine;
@@ -970,7 +987,7 @@ static bool create_runtime(cell_t *c)
     JS_UpdateStackTop(c->rt);
     JS_SetInterruptHandler(c->rt, interrupt_handler, c);
     JS_SetModuleLoaderFunc(c->rt, refuse_import, never_load, NULL);
-    c->ctx = JS_NewContext(c->rt);
+    c->ctx = new_cell_context(c->rt);
     if (!c->ctx) {
         JS_FreeRuntime(c->rt);
         c->rt = NULL;
