@@ -3,8 +3,9 @@
 The admission options (`add_admission_options`) are parsed into an `AdmissionLimits`.
 
 Rules:
-1. The host is started by a client (the process provider), never by hand: every option has a
-   default that serves a client, and the program takes no positional argument.
+1. The host is started by a client (the process provider), never by hand, unless it listens
+   on a socket (`--listen`, `_listen_options.py`): every option has a default that serves a
+   client, and the program takes no positional argument.
 2. A bad option prints one line saying what is wrong, on stderr, and exits with status 2
    (argparse's convention); nothing is read from stdin before the options are good.
 3. The host runs only on Linux (it needs eventfd, pidfd and `F_SETPIPE_SZ`): elsewhere it exits

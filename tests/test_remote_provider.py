@@ -166,6 +166,7 @@ async def test_a_lost_host_is_reported_once_as_replaced_then_the_session_goes_on
                 await run(session, delegate, "text('nowhere')")
             assert not isinstance(unreachable.value, RuntimeReplacedError)
             assert "no code-mode host could open the session" in str(unreachable.value)
+            assert not _alive(session)
 
             async with listening_host(listen=first.address) as second:
                 # Every operation waiting for the reopening fails with the same text, once.

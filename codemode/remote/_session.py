@@ -37,6 +37,13 @@ class RemoteSession(ProcessSession):
         self._remote = provider
 
     @property
+    def is_alive(self) -> bool:
+        """False once shutdown began, the provider closed, or while its host is lost (also
+        after a failed reopening)."""
+        reopening = self._binding is None and self._generation > 0
+        return super().is_alive and not reopening
+
+    @property
     def _live_link(self) -> HostLink | None:
         """The connection the session is open on (None before it opened, or once lost)."""
         binding = self._binding
