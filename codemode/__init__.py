@@ -47,6 +47,7 @@ from .errors import InvalidRequestError as InvalidRequestError
 from .errors import ObserverBusyError as ObserverBusyError
 from .errors import ProviderClosedError as ProviderClosedError
 from .errors import RuntimeEndedError as RuntimeEndedError
+from .errors import RuntimeReplacedError as RuntimeReplacedError
 from .errors import SessionShuttingDownError as SessionShuttingDownError
 from .errors import StaleGenerationError as StaleGenerationError
 from .errors import ToolError as ToolError
@@ -87,6 +88,7 @@ __all__ = [
     "PragmaError",
     "ProviderClosedError",
     "RuntimeEndedError",
+    "RuntimeReplacedError",
     "RuntimeResponse",
     "Session",
     "SessionDelegate",
@@ -110,6 +112,7 @@ __all__ = [
     "normalize_identifier",
     "open_in_process_provider",
     "open_process_provider",
+    "open_remote_provider",
     "parse_exec_source",
     "render_typescript",
     "truncate_items",
@@ -132,6 +135,7 @@ if TYPE_CHECKING:
     from .model import truncate_middle as truncate_middle
     from .process import default_host_command as default_host_command
     from .process import open_process_provider as open_process_provider
+    from .remote import open_remote_provider as open_remote_provider
 
 # Imported on first use, so that `import codemode` stays cheap for the host, which loads the
 # front door at every start (the providers also load trio and, in-process, the C extension;
@@ -142,6 +146,7 @@ _LAZY = {
     "open_in_process_provider": ".inprocess",
     "open_process_provider": ".process",
     "default_host_command": ".process",
+    "open_remote_provider": ".remote",
     **dict.fromkeys(
         [
             "CodeMode",

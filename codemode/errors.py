@@ -11,7 +11,9 @@
     │   └── StaleGenerationError     the cell belongs to a host that was replaced
     ├── AdmissionError               the host refused more work for now
     ├── HostLostError                the host died, broke the protocol or failed to start
-    │                                (the cause is chained when there is one)
+    │   │                            (the cause is chained when there is one)
+    │   └── RuntimeReplacedError     a remote session was reopened on a fresh host
+    │                                connection: its stored values and cells are gone
     ├── UnsupportedPlatformError     a provider was opened on a system other than Linux
     └── ToolError                    raised by a delegate's `invoke_tool` to reject the JS
                                      promise with its text
@@ -114,6 +116,27 @@ class HostLostError(CodeModeError):
     a new host (and the session's next generation). When the host wrote to stderr before it
     was lost, the text ends with its last lines.
     """
+
+
+RUNTIME_REPLACED = (
+    "The exec runtime was replaced. Stored values and running cells were lost. Prior external"
+    " tool operations may have completed; inspect their results before retrying. You may"
+    " continue with a fresh exec call."
+)
+
+
+class RuntimeReplacedError(HostLostError):
+    """The connection to a remote session's host was lost; the session was reopened on a
+    fresh connection (its next generation), without its stored values and cells.
+
+    The remote provider raises it once, from the first operation of each affected session
+    after the loss (also from each operation that was waiting for the reconnection), as the
+    reference's gRPC reconnect does (reference-host section 7); the operations after it run on
+    the new connection. The operation that raised it did nothing: it is never replayed.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(RUNTIME_REPLACED)
 
 
 class UnsupportedPlatformError(CodeModeError):

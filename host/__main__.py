@@ -1,4 +1,5 @@
-"""`codemode-host` / `python -m codemode_host`: serve the protocol on stdin and stdout.
+"""`codemode-host` / `python -m codemode_host`: serve the protocol on stdin and stdout (or,
+with `--listen`, on a socket: `_listen.py`).
 
 `codemode-host --help` describes the options (`_options.py`); a bad option exits with status 2
 before anything else happens.
@@ -91,6 +92,12 @@ def main() -> None:
         level=options.log_level,
         format="codemode-host %(levelname)s %(name)s: %(message)s",
     )
+    if options.listen is not None:
+        from codemode_host._listen import run_listening
+
+        status = run_listening(options)
+        sys.stderr.flush()
+        os._exit(status)
     parent_pidfd = _watch_parent()
     protocol_in, protocol_out = os.dup(0), os.dup(1)
     os.dup2(2, 1)

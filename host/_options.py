@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 import msgspec
+from codemode_host._listen_options import ListenSettings, add_listen_options, listen_settings
 from codemode_host.engine import DEFAULT_MAX_WORKERS
 
 from codemode import AdmissionLimits
@@ -34,12 +35,16 @@ The codemode host: runs code-mode cells (JavaScript written by a model) in Quick
 serves the codemode wire protocol (length-prefixed msgpack frames) on stdin and stdout. It is
 started by codemode's process provider (codemode.open_process_provider), not by hand; it exits
 when stdin closes or when the client process that started it exits. Logs go to stderr.
+
+With --listen it serves clients on a socket instead (codemode.open_remote_provider), one
+connection per client, each with its own sessions and admission limits, until SIGTERM or SIGINT.
 """
 
 EPILOG = f"""\
 environment:
   {LOG_VARIABLE}      default log level (one of {", ".join(LOG_LEVELS)}; default WARNING)
   CODEMODE_HOST_PARENT   pid of the client process to watch (set by the process provider)
+  CODEMODE_HOST_TOKEN    the token clients must send, with --listen (--token-file wins)
 
 See docs/protocol.md for the wire protocol and docs/security.md for what the host isolates.
 """
@@ -55,12 +60,14 @@ class HostOptions(msgspec.Struct, frozen=True, kw_only=True):
     max_workers: the most engine worker threads the pool grows to (None: the engine's
         default, or `admission.max_active_cells` if higher).
     admission: the admission limits of each connection.
+    listen: where to listen (`--listen`, `_listen_options.py`); None: serve stdin/stdout.
     """
 
     log_level: str
     workers: int | None
     max_workers: int | None
     admission: AdmissionLimits = AdmissionLimits()
+    listen: ListenSettings | None = None
 
 
 _DEFAULTS = AdmissionLimits()
@@ -151,6 +158,7 @@ def _parser() -> argparse.ArgumentParser:
         f"hold the others (default: {DEFAULT_MAX_WORKERS})",
     )
     add_admission_options(parser)
+    add_listen_options(parser)
     return parser
 
 
@@ -197,6 +205,7 @@ def parse_options(argv: Sequence[str] | None = None) -> HostOptions:
         workers=arguments.workers,
         max_workers=arguments.max_workers,
         admission=admission_from(arguments),
+        listen=listen_settings(parser, arguments),
     )
 
 

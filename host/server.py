@@ -24,13 +24,14 @@ it broke the protocol, the stream broke, or the shutdown timed out.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
 from collections.abc import Iterable
 
 import trio
-from codemode_host.engine import open_engine
+from codemode_host.engine import Engine, open_engine
 from codemode_host.runtime import worker_ceiling
 
 from codemode import AdmissionLimits
@@ -47,6 +48,7 @@ from codemode.protocol import (
     PreemptRequested,
     RemoteProtocolError,
     RequestReceived,
+    describe_rejection,
 )
 
 from ._requests import Requests
@@ -66,6 +68,11 @@ async def serve_connection(
     admission: AdmissionLimits | None = None,
     workers: int | None = None,
     max_workers: int | None = None,
+    engine: Engine | None = None,
+    token: str | None = None,
+    codemode_version: str | None = None,
+    stop: trio.Event | None = None,
+    inventory_signal: bool = True,
 ) -> int:
     """Serve the protocol on one stream pair until the client goes away; the exit status.
 
@@ -81,9 +88,20 @@ async def serve_connection(
         workers: native engine worker threads to start with (None: one per core).
         max_workers: the most engine worker threads the pool grows to (None: the engine's
             default, or the active-cell cap if higher).
+        engine: an engine shared with other connections (a listening host's; `workers` and
+            `max_workers` are then ignored). None: the connection starts its own.
+        token: the shared secret the client's hello must carry (None: none).
+        codemode_version: the version the client's hello must name (None: not checked).
+        stop: once set, the host stops serving as if the client had closed the stream.
+        inventory_signal: log the inventory on SIGUSR1 (from the main thread only).
     """
     admission = admission or AdmissionLimits()
-    connection = HostConnection(supported_capabilities=capabilities, admission=admission)
+    connection = HostConnection(
+        supported_capabilities=capabilities,
+        admission=admission,
+        token=token,
+        codemode_version=codemode_version,
+    )
     wire = FrameWriter(send, connection.data_to_send)
     status = 0
     write_failed = False
@@ -96,18 +114,22 @@ async def serve_connection(
 
     if max_workers is None:  # spinning cells up to the cap never starve the others
         max_workers = worker_ceiling(admission)
-    async with (
-        open_engine(workers=workers, max_workers=max_workers) as engine,
-        trio.open_nursery() as outer,
-    ):
+    engine_scope = (
+        open_engine(workers=workers, max_workers=max_workers)
+        if engine is None
+        else contextlib.nullcontext(engine)
+    )
+    async with engine_scope as engine, trio.open_nursery() as outer:
         outer.start_soon(wire.run, writer_failed)
         async with trio.open_nursery() as work:
             requests = Requests(engine, connection, work, wire.flush, admission)
-            if threading.current_thread() is threading.main_thread():
+            if inventory_signal and threading.current_thread() is threading.main_thread():
                 await work.start(_log_inventory_on_signal, requests, connection)
             with trio.CancelScope() as reading:
                 if parent_pidfd is not None:
                     work.start_soon(_watch_parent, parent_pidfd, reading)
+                if stop is not None:
+                    work.start_soon(_stop_reading, stop, reading)
                 status = await _read(receive, connection, requests, wire)
                 reading.cancel()
             requests.disconnect()
@@ -147,7 +169,10 @@ async def _read(
                     requests.answered(call_id, result)
                 case HandshakeCompleted():
                     pass
-                case HandshakeRejected() | ConnectionEnded():
+                case HandshakeRejected(reason=reason):
+                    logger.warning("refused a client: %s", describe_rejection(reason))
+                    return 0
+                case ConnectionEnded():
                     return 0
     except RemoteProtocolError as error:
         logger.error("%s", error)
@@ -192,6 +217,11 @@ def _log_inventory(requests: Requests, connection: HostConnection) -> None:
             for cell in cells
         )
     logger.warning("%s", "\n".join(lines))
+
+
+async def _stop_reading(stop: trio.Event, reading: trio.CancelScope) -> None:
+    await stop.wait()
+    reading.cancel()
 
 
 async def _watch_parent(pidfd: int, reading: trio.CancelScope) -> None:

@@ -1,20 +1,22 @@
-"""One host process and its connection: the trio adapter around `ClientConnection`.
+"""One host and its connection: the trio adapter around `ClientConnection`.
 
 The protocol's rules live in the sans-IO `ClientConnection`; `HostLink` only moves bytes and
 runs tasks, all in a nursery of its own that `run` opens (started with `nursery.start` once the
-handshake succeeded):
+handshake succeeded). Its streams come from a `HostTransport` (`_transport.py`): a spawned host
+process (`SpawnedHost`, from a command) or a socket to a listening host (`codemode.remote`).
 
 - the writer (`FrameWriter`) sends whatever the connection queued, at once when the pipe has
   room, else in one write of everything queued;
 - the reader feeds bytes to the connection and dispatches its events (`_pump`): answers land in
   one-shot slots (one refused by a cancelled caller goes back to the connection at once),
   reverse calls and cell closings go to the link's cells (`_delegates.ClientCells`);
-- the supervisor waits for the process; stderr is forwarded from the moment of the spawn.
+- the transport's own tasks: for a spawned host, the supervisor waits for the process and
+  stderr is forwarded from the moment of the spawn.
 
 Rules:
 1. The first failure wins (`_lost`): every slot gets a `HostLostError` with its text (the
    cause chained), every call in flight is cancelled, every live cell gets exactly one
-   `cell_closed`, the process is killed and reaped.
+   `cell_closed`, the process is killed and reaped (the socket closed).
 2. A host that exits is reported only once its stdout is drained (bounded): answers it wrote
    before exiting still reach their callers.
 3. Once started, the link's tasks are shielded from the provider's cancellation (the provider's
@@ -51,17 +53,17 @@ from ..protocol import (
     InitialAnswered,
     Ok,
     RemoteProtocolError,
+    describe_rejection,
 )
 from ._delegates import ClientCell, ClientCells
-from ._host_process import StderrTail, spawn_host
+from ._host_process import SpawnedHost
+from ._transport import DRAIN_TIMEOUT, HostTransport
 
 logger = logging.getLogger("codemode.process")
 
 HANDSHAKE_TIMEOUT = 10.0
 CLOSE_TIMEOUT = 5.0
 """Seconds a closing host has to exit after its stdin closed, before it is killed."""
-DRAIN_TIMEOUT = 1.0
-"""Seconds to read what an exited host left in its stdout pipe (rule 2)."""
 READ_CHUNK = 1 << 20
 
 HostResult = Ok[HostResponse] | Err
@@ -82,14 +84,24 @@ class _Execute:
 
 
 class HostLink:
-    """A host process and its connection, from spawn to loss. Started by `run`."""
+    """A host and its connection, from spawn (or connect) to loss. Started by `run`.
 
-    def __init__(self, command: list[str], handshake_timeout: float = HANDSHAKE_TIMEOUT) -> None:
-        self._command = command
+    Args:
+        host: the host command to spawn, or the transport that reaches the host.
+        handshake_timeout: seconds the host has to answer the hello.
+    """
+
+    def __init__(
+        self, host: list[str] | HostTransport, handshake_timeout: float = HANDSHAKE_TIMEOUT
+    ) -> None:
+        self._transport = host if isinstance(host, HostTransport) else SpawnedHost(host)
         self._handshake_timeout = handshake_timeout
-        self._connection = ClientConnection(optional_capabilities=CAPABILITIES)
-        self._stderr = StderrTail()
-        self._process: trio.Process | None = None
+        self._connection = ClientConnection(
+            optional_capabilities=CAPABILITIES,
+            codemode_version=self._transport.codemode_version,
+            token=self._transport.token,
+        )
+        self._opened = False
         self._life: trio.CancelScope | None = None
         self._writer: FrameWriter | None = None
         self._handshake: OneShot[HandshakeCompleted | HandshakeRejected | None] = OneShot()
@@ -131,25 +143,22 @@ class HostLink:
     # ---- lifecycle -------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Spawn the host, shake hands, then serve until the link is lost or closed.
+        """Spawn (or reach) the host, shake hands, then serve until the link is lost or closed.
 
         Raises (before `started`, to the caller of `nursery.start`):
-            HostLostError: the host could not be spawned, exited, refused or did not answer
-                the handshake in time; the text ends with its last stderr lines.
+            HostLostError: the host could not be spawned or reached, exited, refused or did
+                not answer the handshake in time; the text ends with its last stderr lines.
         """
-        self._process = process = await spawn_host(self._command)
-        assert process.stdin is not None
-        assert process.stdout is not None
-        assert process.stderr is not None
+        send, receive = await self._transport.open()
+        self._opened = True
         try:
             with trio.CancelScope() as self._life:
                 async with open_service_nursery() as nursery:
                     self._cells.serve_in(nursery)
-                    nursery.start_soon(self._stderr.forward, process.stderr)
-                    self._writer = FrameWriter(process.stdin, self._connection.data_to_send)
+                    self._transport.start(nursery, self._lost, self._stdout_done)
+                    self._writer = FrameWriter(send, self._connection.data_to_send)
                     nursery.start_soon(self._writer.run, self._write_failed)
-                    nursery.start_soon(self._read, process.stdout)
-                    nursery.start_soon(self._supervise, process)
+                    nursery.start_soon(self._read, receive)
                     await self._shake_hands()
                     self._life.shield = True  # rule 3
                     task_status.started()
@@ -158,7 +167,7 @@ class HostLink:
                     nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
-                await _reap(process)
+                await self._transport.reap()
             self._finished.set()
 
     async def _shake_hands(self) -> None:
@@ -169,36 +178,33 @@ class HostLink:
             answer = await self._handshake.get()
         if isinstance(answer, HandshakeCompleted):
             return
-        process = self._process
-        assert process is not None
+        status = self._transport.exit_status()
         if timer.cancelled_caught:
             reason = "timed out negotiating with the code-mode host"
         elif isinstance(answer, HandshakeRejected):
-            reason = f"code-mode host rejected the handshake: {answer.reason!r}"
+            reason = describe_rejection(answer.reason)
         elif self.failure is not None and self.failure.__cause__ is not None:
             # A frame that broke the protocol (or a failed read or write) names the cause;
             # the exit status would be our own kill's, -9 (tests/test_fuzz_client.py).
             reason = str(self.failure)
-        elif process.returncode is not None:
-            reason = f"code-mode host exited during handshake with status {process.returncode}"
+        elif status is not None:
+            reason = f"code-mode host exited during handshake with status {status}"
         else:
             assert self.failure is not None
             reason = str(self.failure)
         cause = self.failure.__cause__ if self.failure is not None else None
         self._lost(reason)
         with trio.move_on_after(DRAIN_TIMEOUT):
-            await self._stderr.closed.wait()  # its last words explain the failure
-        raise HostLostError(self._stderr.describe(reason)) from cause
+            await self._transport.last_words()  # they explain the failure
+        raise HostLostError(self._transport.describe(reason)) from cause
 
     async def aclose(self) -> None:
         """Close the host's stdin so it shuts down and exits (killed after CLOSE_TIMEOUT),
         then end the link: its live cells get `cell_closed`. Bounded; idempotent."""
-        process = self._process
-        if process is not None and process.stdin is not None and self.alive:
+        if self._opened and self.alive:
             self._flush()
             with trio.move_on_after(CLOSE_TIMEOUT):
-                await process.stdin.aclose()
-                await process.wait()
+                await self._transport.close()
         self._lost("code-mode host connection closed")
         if self._life is not None:
             self._life.deadline = trio.current_time() + CLOSE_TIMEOUT + CLEANUP_GRACE
@@ -226,8 +232,7 @@ class HostLink:
                 slot.set(failure)
         self._executes.clear()
         self._cells.close_all()
-        if self._process is not None and self._process.returncode is None:
-            self._process.kill()
+        self._transport.kill()
         self._ended.set()
 
     # ---- the wire --------------------------------------------------------------------------
@@ -253,18 +258,7 @@ class HostLink:
             self._lost(f"failed to read code-mode host message: {error}", error)
         finally:
             self._stdout_done.set()
-        process = self._process
-        assert process is not None
-        with trio.move_on_after(DRAIN_TIMEOUT):
-            status = await process.wait()
-            self._lost(f"code-mode host exited with status {status}")
-        self._lost("code-mode host closed its stdout")
-
-    async def _supervise(self, process: trio.Process) -> None:
-        status = await process.wait()
-        with trio.move_on_after(DRAIN_TIMEOUT):
-            await self._stdout_done.wait()  # rule 2
-        self._lost(f"code-mode host exited with status {status}")
+        self._lost(await self._transport.ended())  # rule 2: the exit status, once known
 
     def _pump(self) -> None:
         """Dispatch every event the connection has (also those a call produced locally)."""
@@ -323,7 +317,7 @@ class HostLink:
             raise self.failure
         if not self._connection.is_open:
             # The reader names the cause once the process has exited (rule 2).
-            raise HostLostError("code-mode host closed its stdout")
+            raise HostLostError(self._transport.closed_text)
 
     async def _await(self, request_id: int, session_id: str) -> HostResult:
         result: HostResult = await self._answer_of(self._answers, request_id, session_id)
@@ -449,13 +443,3 @@ class HostLink:
         """
         bound = CLOSE_TIMEOUT + CLEANUP_GRACE
         await self._cells.settle((session_id, cell_id), closed=closed, bound=bound)
-
-
-async def _reap(process: trio.Process) -> None:
-    """Kill the process if it still runs, close its pipes and wait for it (no zombie, no fd)."""
-    if process.returncode is None:
-        process.kill()
-    for stream in (process.stdin, process.stdout, process.stderr):
-        if stream is not None:
-            await stream.aclose()
-    await process.wait()

@@ -4,7 +4,8 @@ The child gets piped stdin, stdout and stderr and its own session (so terminal s
 application's process group do not reach it). Its stderr is read from the moment it is spawned
 (a host that writes more than a pipe's worth before the handshake must not block): each line is
 logged to the `codemode.host` logger, and the last lines are kept so that a host that fails to
-start, or dies, can say why.
+start, or dies, can say why. `SpawnedHost` is the `HostTransport` of a spawned host: the
+process's pipes, its supervision, and its reaping.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import trio
 
 from ..errors import HostLostError
+from ._transport import DRAIN_TIMEOUT, HostTransport
 
 logger = logging.getLogger("codemode.host")
 
@@ -89,3 +91,77 @@ class StderrTail:
             if pending:
                 self._add(pending)
             self.closed.set()
+
+
+class SpawnedHost(HostTransport):
+    """A host program started as a child process, spoken to over its stdin and stdout."""
+
+    def __init__(self, command: Sequence[str]) -> None:
+        self._command = list(command)
+        self._stderr = StderrTail()
+        self._process: trio.Process | None = None
+
+    async def open(self) -> tuple[trio.abc.SendStream, trio.abc.ReceiveStream]:
+        self._process = process = await spawn_host(self._command)
+        assert process.stdin is not None
+        assert process.stdout is not None
+        return process.stdin, process.stdout
+
+    def start(
+        self, nursery: trio.Nursery, lost: Callable[[str], None], read_done: trio.Event
+    ) -> None:
+        process = self._process
+        assert process is not None
+        assert process.stderr is not None
+        nursery.start_soon(self._stderr.forward, process.stderr)
+        nursery.start_soon(self._supervise, process, lost, read_done)
+
+    @staticmethod
+    async def _supervise(
+        process: trio.Process, lost: Callable[[str], None], read_done: trio.Event
+    ) -> None:
+        status = await process.wait()
+        with trio.move_on_after(DRAIN_TIMEOUT):
+            await read_done.wait()  # HostLink rule 2
+        lost(f"code-mode host exited with status {status}")
+
+    def exit_status(self) -> int | None:
+        return None if self._process is None else self._process.returncode
+
+    def describe(self, reason: str) -> str:
+        return self._stderr.describe(reason)
+
+    async def last_words(self) -> None:
+        await self._stderr.closed.wait()
+
+    def kill(self) -> None:
+        if self._process is not None and self._process.returncode is None:
+            self._process.kill()
+
+    async def close(self) -> None:
+        """Close the host's stdin and wait for it to exit."""
+        process = self._process
+        if process is not None and process.stdin is not None:
+            await process.stdin.aclose()
+            await process.wait()
+
+    async def ended(self) -> str:
+        process = self._process
+        assert process is not None
+        with trio.move_on_after(DRAIN_TIMEOUT):
+            status = await process.wait()
+            return f"code-mode host exited with status {status}"
+        return self.closed_text
+
+    async def reap(self) -> None:
+        """Kill the process if it still runs, close its pipes and wait for it (no zombie, no
+        fd)."""
+        process = self._process
+        if process is None:
+            return
+        if process.returncode is None:
+            process.kill()
+        for stream in (process.stdin, process.stdout, process.stderr):
+            if stream is not None:
+                await stream.aclose()
+        await process.wait()

@@ -23,7 +23,7 @@ import collections
 import logging
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 import trio
@@ -71,9 +71,6 @@ from ..protocol import (
 )
 from ._connection import HostLink
 
-if TYPE_CHECKING:
-    from ._provider import ProcessProvider
-
 logger = logging.getLogger("codemode.process")
 
 UNCANCELLABLE_TIMEOUT = 60.0
@@ -82,6 +79,19 @@ UNCANCELLABLE_TIMEOUT = 60.0
 
 
 _R = TypeVar("_R", bound=RuntimeResponse | Pending)
+
+
+class SessionOwner(Protocol):
+    """What a session needs of its provider (the process provider, the remote provider)."""
+
+    closed: bool
+    _nursery: trio.Nursery
+
+    async def _link(self) -> HostLink: ...
+
+    def _next_session_id(self) -> str: ...
+
+    def _forget(self, session: ProcessSession) -> None: ...
 
 
 class _Binding:
@@ -132,7 +142,7 @@ class ProcessSession:
     """A code-mode session whose cells run in the provider's host process."""
 
     def __init__(
-        self, provider: ProcessProvider, limits: CellLimits, *, store_load: bool = True
+        self, provider: SessionOwner, limits: CellLimits, *, store_load: bool = True
     ) -> None:
         self._provider = provider
         self._limits = limits
@@ -173,24 +183,25 @@ class ProcessSession:
             if binding is not None:
                 self._retired.append(binding)
                 self._binding = None
-            link = await self._provider._link(self)
-            limits = None
-            if self._limits != CellLimits():
-                if LIMITS_CAPABILITY not in link.capabilities:
-                    raise InvalidRequestError(
-                        "code-mode host does not support session resource limits: missing"
-                        f" `{LIMITS_CAPABILITY}` capability"
-                    )
-                limits = self._limits
-            session_id = self._provider._next_session_id()
-            ready = _unwrap(
-                await link.open_session(session_id, limits, store_load=self._store_load)
-            )
-            if not isinstance(ready, SessionReady):
-                raise HostLostError("code-mode host returned an invalid open-session response")
-            self._generation += 1
-            self._binding = _Binding(link, session_id, self._generation)
-            return self._binding
+            return await self._open_on(await self._provider._link(self))
+
+    async def _open_on(self, link: HostLink) -> _Binding:
+        """Open the session on `link` as its next generation (the bind lock is held)."""
+        limits = None
+        if self._limits != CellLimits():
+            if LIMITS_CAPABILITY not in link.capabilities:
+                raise InvalidRequestError(
+                    "code-mode host does not support session resource limits: missing"
+                    f" `{LIMITS_CAPABILITY}` capability"
+                )
+            limits = self._limits
+        session_id = self._provider._next_session_id()
+        ready = _unwrap(await link.open_session(session_id, limits, store_load=self._store_load))
+        if not isinstance(ready, SessionReady):
+            raise HostLostError("code-mode host returned an invalid open-session response")
+        self._generation += 1
+        self._binding = _Binding(link, session_id, self._generation)
+        return self._binding
 
     async def execute(self, request: ExecuteRequest, delegate: SessionDelegate) -> StartedCell:
         """Admit and start a cell in the host; its first response comes later.

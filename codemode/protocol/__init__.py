@@ -76,9 +76,12 @@ from ._messages import ShutdownSession as ShutdownSession
 from ._messages import Terminate as Terminate
 from ._messages import ToolInvoke as ToolInvoke
 from ._messages import ToolResult as ToolResult
+from ._messages import Unauthorized as Unauthorized
+from ._messages import VersionMismatch as VersionMismatch
 from ._messages import Wait as Wait
 from ._messages import WaitCompleted as WaitCompleted
 from ._messages import WaitToPending as WaitToPending
+from ._messages import describe_rejection as describe_rejection
 from ._statetable import IllegalMoveError as IllegalMoveError
 from ._statetable import StateTable as StateTable
 

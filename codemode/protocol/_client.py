@@ -104,6 +104,8 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
     Args:
         required_capabilities: capabilities the host must offer.
         optional_capabilities: capabilities the client can use when offered.
+        codemode_version: sent in the hello for a host that checks it (one on a socket).
+        token: the host's shared secret, sent in the hello (None: the host needs none).
     """
 
     def __init__(
@@ -111,6 +113,8 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         *,
         required_capabilities: Iterable[str] = (),
         optional_capabilities: Iterable[str] = (),
+        codemode_version: str | None = None,
+        token: str | None = None,
     ) -> None:
         super().__init__(HostMessage)
         self._handshaking = True
@@ -131,6 +135,8 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
                 supported_versions=[PROTOCOL_VERSION],
                 required_capabilities=list(required_capabilities),
                 optional_capabilities=list(optional_capabilities),
+                codemode_version=codemode_version,
+                token=token,
             )
         )
 

@@ -23,11 +23,16 @@ What it owns (reference-host sections 3, 4.1 and 5):
 7. Admission: at most `max_requests_in_flight` requests are active at once; one past it is
    answered at once with an `admission` error (`code-mode host has too many in-flight
    requests`) and never reaches the runtime. `connection/ready` advertises the limits.
+8. Who may connect (a host on a socket): with a `token`, a hello whose token is missing or
+   differs (compared in constant time) is refused with `Unauthorized`, whose text never holds
+   a token; then, with a `codemode_version`, a hello naming another version (or none) is
+   refused with `VersionMismatch`. Both are checked before versions and capabilities.
 """
 
 from __future__ import annotations
 
 import enum
+import hmac
 from collections.abc import Iterable
 
 from .._api import AdmissionLimits, Pending, RuntimeResponse
@@ -78,10 +83,13 @@ from ._messages import (
     OperationYield,
     Ready,
     Rejected,
+    RejectReason,
     SessionClosed,
     SessionReady,
     ShutdownSession,
     ToolInvoke,
+    Unauthorized,
+    VersionMismatch,
     Wait,
     WaitToPending,
 )
@@ -125,6 +133,8 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
         supported_capabilities: what this host can offer in the handshake.
         admission: the limits the host applies, advertised in `connection/ready`; this
             connection enforces `max_requests_in_flight` (rule 7), the runtime the others.
+        token: the shared secret a hello must carry (None: none is required; rule 8).
+        codemode_version: the version a hello must name (None: not checked; rule 8).
     """
 
     def __init__(
@@ -132,8 +142,12 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
         *,
         supported_capabilities: Iterable[str] = CAPABILITIES,
         admission: AdmissionLimits | None = None,
+        token: str | None = None,
+        codemode_version: str | None = None,
     ) -> None:
         self._supported = frozenset(supported_capabilities)
+        self._token = token
+        self._codemode_version = codemode_version
         self.admission = admission or AdmissionLimits()
         super().__init__(ClientMessage)
         self._handshaking = True
@@ -281,6 +295,10 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
         if not isinstance(message, Hello):
             self._reject(InvalidHello(message="first message must be connection/hello"))
             return
+        refusal = self._admit_client(message)
+        if refusal is not None:
+            self._reject(refusal)
+            return
         if PROTOCOL_VERSION not in message.supported_versions:
             self._reject(NoCompatibleVersion(supported_versions=[PROTOCOL_VERSION]))
             return
@@ -300,9 +318,20 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
         )
         self._events.append(HandshakeCompleted(capabilities=offered))
 
-    def _reject(
-        self, reason: InvalidHello | NoCompatibleVersion | MissingRequiredCapability
-    ) -> None:
+    def _admit_client(self, hello: Hello) -> Unauthorized | VersionMismatch | None:
+        """Rule 8: the token, then the codemode version."""
+        if self._token is not None:
+            if hello.token is None:
+                return Unauthorized(message="the host requires a token and the client sent none")
+            expected = self._token.encode()
+            if not hmac.compare_digest(hello.token.encode(errors="replace"), expected):
+                return Unauthorized(message="the client's token is wrong")
+        version = self._codemode_version
+        if version is not None and hello.codemode_version != version:
+            return VersionMismatch(host_version=version, client_version=hello.codemode_version)
+        return None
+
+    def _reject(self, reason: RejectReason) -> None:
         self._queue(Rejected(reason=reason))
         self._closed = True
         self._events.append(HandshakeRejected(reason=reason))

@@ -129,12 +129,21 @@ class Err(
 # ---- handshake ---------------------------------------------------------------------------
 
 
-class Hello(_Message, tag="connection/hello", frozen=True):
-    """First client frame: versions and capabilities the client speaks."""
+class Hello(_Message, tag="connection/hello", frozen=True, omit_defaults=True):
+    """First client frame: versions and capabilities the client speaks.
+
+    Parameters:
+        codemode_version: the client's codemode version; a host that checks it (one listening
+            on a socket) refuses another version, or none, with `VersionMismatch`.
+        token: the shared secret of a host that requires one (`Unauthorized` when it is
+            wrong or missing). Both are sent only when set: a spawned host's hello has neither.
+    """
 
     supported_versions: list[int]
     required_capabilities: list[str] = msgspec.field(default_factory=list)
     optional_capabilities: list[str] = msgspec.field(default_factory=list)
+    codemode_version: str | None = None
+    token: str | None = None
 
     def __post_init__(self) -> None:
         _check_versions(self.supported_versions)
@@ -178,7 +187,37 @@ class InvalidHello(_Message, tag="invalidHello", frozen=True):
     message: str
 
 
-RejectReason: TypeAlias = NoCompatibleVersion | MissingRequiredCapability | InvalidHello
+class Unauthorized(_Message, tag="unauthorized", frozen=True):
+    """The hello's token is missing or wrong (the text never holds a token)."""
+
+    message: str
+
+
+class VersionMismatch(_Message, tag="versionMismatch", frozen=True):
+    """The client runs another codemode version than the host (`client_version` None: the
+    hello named none)."""
+
+    host_version: str
+    client_version: str | None
+
+
+RejectReason: TypeAlias = (
+    NoCompatibleVersion | MissingRequiredCapability | InvalidHello | Unauthorized | VersionMismatch
+)
+
+
+def describe_rejection(reason: RejectReason) -> str:
+    """The text a client reports for a refused hello."""
+    prefix = "code-mode host rejected the handshake"
+    match reason:
+        case Unauthorized(message=message):
+            return f"{prefix}: {message}"
+        case VersionMismatch(host_version=host, client_version=client):
+            return (
+                f"{prefix}: the host runs codemode {host} and this client codemode"
+                f" {client or '(unknown)'}; install the same codemode version on both sides"
+            )
+    return f"{prefix}: {reason!r}"
 
 
 class Rejected(_Message, tag="connection/rejected", frozen=True):

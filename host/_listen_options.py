@@ -1,0 +1,117 @@
+"""The listening options of `codemode-host`: `--listen`, `--token-file`, `--tls-cert`, `--tls-key`.
+
+Checked with the other options (`_options.py`): a mistake prints one line and exits with
+status 2 before anything listens.
+
+Rules:
+1. The token comes from the file `--token-file` names, else from the environment variable
+   `CODEMODE_HOST_TOKEN` (removed from the host's environment once read); never from the
+   command line, where other users of the machine could read it. It is one word, surrounding
+   whitespace removed.
+2. A host listening on TCP beyond loopback without a token refuses to start (as `codemode mcp
+   serve` does): anyone who can reach it could run code in it. A Unix socket (mode 0600) or a
+   loopback address may go without one.
+3. `--tls-cert` and `--tls-key` come together, and only with `--listen`; the certificate and
+   key are loaded here, so a bad one is a usage error, not a failed connection later.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from codemode._trio._sockets import HostAddress, parse_address
+
+TOKEN_VARIABLE = "CODEMODE_HOST_TOKEN"
+
+
+@dataclass(frozen=True)
+class ListenSettings:
+    """Where and how a listening host serves (the token is left out of its repr)."""
+
+    address: HostAddress
+    token: str | None = field(default=None, repr=False)
+    ssl_context: ssl.SSLContext | None = None
+
+
+def add_listen_options(parser: argparse.ArgumentParser) -> None:
+    """Add the listening options to `parser`, in a group of their own."""
+    group = parser.add_argument_group(
+        "listening", "serve clients on a socket instead of stdin/stdout (docs/scaling.md)"
+    )
+    group.add_argument(
+        "--listen",
+        metavar="ADDRESS",
+        default=None,
+        help="tcp://HOST:PORT (PORT 0: any free port) or unix:PATH; once listening, prints "
+        "`codemode-host listening on ADDRESS` on stdout; stops on SIGTERM or SIGINT",
+    )
+    group.add_argument(
+        "--token-file",
+        metavar="PATH",
+        default=None,
+        help=f"file holding the token clients must send (else ${TOKEN_VARIABLE}); required "
+        "to listen beyond loopback",
+    )
+    group.add_argument("--tls-cert", metavar="PATH", default=None, help="TLS certificate (PEM)")
+    group.add_argument("--tls-key", metavar="PATH", default=None, help="TLS private key (PEM)")
+
+
+def listen_settings(
+    parser: argparse.ArgumentParser, arguments: argparse.Namespace
+) -> ListenSettings | None:
+    """The settings the parsed options name (None: serve stdin/stdout); a mistake ends the
+    program through `parser.error` (status 2)."""
+    if arguments.listen is None:
+        for name in ("token_file", "tls_cert", "tls_key"):
+            if getattr(arguments, name) is not None:
+                parser.error(f"--{name.replace('_', '-')} only applies with --listen")
+        return None
+    try:
+        address = parse_address(arguments.listen)
+    except ValueError as error:
+        parser.error(f"--listen: {error}")
+    token = _token(parser, arguments.token_file)
+    if token is None and not address.is_loopback:
+        parser.error(
+            f"refusing to listen on {address} without a token: only a loopback address or a"
+            f" Unix socket may be served without one (--token-file or ${TOKEN_VARIABLE})"
+        )
+    return ListenSettings(address=address, token=token, ssl_context=_tls(parser, arguments))
+
+
+def _token(parser: argparse.ArgumentParser, path: str | None) -> str | None:
+    """Rule 1."""
+    from_environment = os.environ.pop(TOKEN_VARIABLE, None)
+    if path is None:
+        text, where = from_environment, f"${TOKEN_VARIABLE}"
+        if text is None:
+            return None
+    else:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            parser.error(f"cannot read the token file {path}: {error}")
+        where = f"the token file {path}"
+    token = text.strip()
+    if not token or any(ch.isspace() for ch in token):
+        parser.error(f"{where} must hold one token, without spaces")
+    return token
+
+
+def _tls(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> ssl.SSLContext | None:
+    """Rule 3."""
+    cert, key = arguments.tls_cert, arguments.tls_key
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        parser.error("--tls-cert and --tls-key go together")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as error:
+        parser.error(f"cannot load the TLS certificate {cert} and key {key}: {error}")
+    return context
