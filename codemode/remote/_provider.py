@@ -200,8 +200,9 @@ class RemoteProvider:
             logger.info("code-mode host %s moved to %s", host.address, address)
             host.address = address
 
-    async def _link(self) -> HostLink:
-        """A connection to the first host of the ranking that can be reached."""
+    async def _link(self, session: ProcessSession) -> HostLink:
+        """A connection to the first host of the ranking that can be reached (`session`, any
+        of this provider's, places itself: `RemoteSession._place`)."""
         failures: list[str] = []
         for host in self._ranked():
             try:
