@@ -9,6 +9,7 @@ by sleeping.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from functools import partial
@@ -132,6 +133,27 @@ async def test_a_killed_actors_sessions_recover_on_a_restarted_host() -> None:
             response = await run(other, delegates[1], "text('untouched')")
             assert (response.cell_id, texts(response)) == ("2", ["untouched"])
             assert kept is provider.actors[1]
+
+
+@pytest.mark.usefixtures("ray_cluster")
+async def test_a_crashed_host_takes_its_actor_down_and_ray_restarts_both() -> None:
+    with trio.fail_after(120):
+        async with open_ray_provider(1, connect_timeout=60) as provider:
+            (actor,) = provider.actors
+            session = await provider.create_session()
+            delegate = RecordingDelegate()
+            started = await execute(session, delegate, "await new Promise(() => {})",
+                                    yield_time_ms=0)  # fmt: skip
+            await started.initial_response()
+            actor_pid, host_pid = await _pids(actor)
+            os.kill(host_pid, signal.SIGKILL)
+            await _exited(actor_pid)  # the actor ended itself, for Ray to restart it
+            await delegate.until(lambda: "1" in delegate.closed)
+            with pytest.raises(RuntimeReplacedError):
+                await run(session, delegate, "text('lost')")
+            response = await run(session, delegate, "text('back')")
+            assert (response.cell_id, texts(response)) == ("g2:1", ["back"])
+            assert (await _pids(actor))[0] != actor_pid
 
 
 @pytest.mark.usefixtures("ray_cluster")
