@@ -142,3 +142,13 @@ def test_the_documented_state_tables_are_the_code(table: StateTable[object, obje
     )
     assert match is not None, f"docs/architecture.md has no table {table.name!r}"
     assert match.group(1) == table.markdown()
+
+
+def test_only_the_optional_ray_package_imports_ray() -> None:
+    for path, owner, names in _modules("codemode", "codemode"):
+        if owner.startswith("codemode.ray"):
+            assert not _ours(names, "codemode_host"), path
+            assert not _ours(names, "codemode.mcp"), path
+            continue
+        assert not _ours(names, "ray"), path
+        assert not _ours(names, "codemode.ray"), path

@@ -207,3 +207,34 @@ async def test_a_host_that_stops_cleanly_is_replaced_too() -> None:
                         await run(session, RecordingDelegate(), "text(2)")
                     response = await run(session, RecordingDelegate(), "text(3)")
                     assert (response.cell_id, texts(response)) == ("g2:1", ["3"])
+
+
+async def test_a_resolve_hook_finds_a_host_that_moved() -> None:
+    asked: list[int] = []
+    current: list[str] = []
+
+    async def resolve(index: int) -> str:
+        asked.append(index)
+        if not current:
+            raise HostLostError("not back yet")
+        return current[0]
+
+    with trio.fail_after(90):
+        async with (
+            listening_host() as first,
+            codemode.open_remote_provider([first.address], resolve=resolve) as provider,
+        ):
+            session = await provider.create_session()
+            assert texts(await run(session, RecordingDelegate(), "text(1)")) == ["1"]
+            assert asked == []  # the first connection uses the address given
+            assert await first.stop() == 0
+            with pytest.raises(HostLostError, match=r"cannot resolve .* not back yet"):
+                await run(session, RecordingDelegate(), "text(2)")
+            async with listening_host() as moved:  # another port
+                current.append(moved.address)
+                with pytest.raises(RuntimeReplacedError):
+                    await run(session, RecordingDelegate(), "text(3)")
+                response = await run(session, RecordingDelegate(), "text(4)")
+                assert (response.cell_id, texts(response)) == ("g2:1", ["4"])
+                assert asked == [0, 0]
+                assert provider.placement() == {moved.address: 1}

@@ -133,8 +133,9 @@ class HostLink:
 
     @property
     def pid(self) -> int | None:
-        """The host process's id (None before it was spawned)."""
-        return self._process.pid if self._process is not None else None
+        """The host process's id (None before it was spawned, or not a spawned host)."""
+        transport = self._transport
+        return transport.pid if isinstance(transport, SpawnedHost) else None
 
     def statistics(self) -> ClientStatistics:
         """What the connection holds: its cells, sessions, requests (a pool's measure of load)."""

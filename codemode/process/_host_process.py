@@ -128,6 +128,11 @@ class SpawnedHost(HostTransport):
     def exit_status(self) -> int | None:
         return None if self._process is None else self._process.returncode
 
+    @property
+    def pid(self) -> int | None:
+        """The host process's id (None before it was spawned)."""
+        return None if self._process is None else self._process.pid
+
     def describe(self, reason: str) -> str:
         return self._stderr.describe(reason)
 

@@ -13,6 +13,10 @@ Rules:
    within `RETRY_AFTER` seconds is tried last. Unreachable hosts, and hosts that refuse the
    session for admission, are skipped.
 2. One connection attempt per host at a time (a lock per host); a live connection is reused.
+   With a `resolve` hook, every attempt after a host's first (its connection was lost, or an
+   attempt failed) first asks the hook for the host's current address, bounded by
+   `connect_timeout`: a host a cluster scheduler restarted elsewhere (`codemode.ray`) is
+   found where it is now. A hook that fails (`HostLostError`, or too slow) fails the attempt.
 3. Leaving the block shuts every session down (bounded by `shutdown_timeout`; past it every
    connection is aborted), then closes every connection. The hosts keep running: they are
    not this provider's. An exception raised in the block leaves it as itself.
@@ -23,7 +27,7 @@ from __future__ import annotations
 import itertools
 import logging
 import ssl
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 
 import trio
@@ -42,6 +46,9 @@ logger = logging.getLogger("codemode.remote")
 
 RETRY_AFTER = 5.0
 """Seconds a host that could not be reached is tried after the others (rule 1)."""
+
+Resolver = Callable[[int], Awaitable[str]]
+"""A host's current address, from its index in `addresses` (rule 2)."""
 
 
 class _Host:
@@ -69,6 +76,7 @@ class RemoteProvider:
         ssl_context: ssl.SSLContext | None,
         handshake_timeout: float,
         connect_timeout: float,
+        resolve: Resolver | None = None,
     ) -> None:
         self._hosts = [_Host(index, address) for index, address in enumerate(addresses)]
         self._nursery = nursery
@@ -76,6 +84,7 @@ class RemoteProvider:
         self._ssl_context = ssl_context
         self._handshake_timeout = handshake_timeout
         self._connect_timeout = connect_timeout
+        self._resolve = resolve
         self._session_ids = itertools.count(1)
         self._sessions: set[RemoteSession] = set()
         self.closed = False
@@ -157,6 +166,8 @@ class RemoteProvider:
                 raise ProviderClosedError()
             if host.link is not None and host.link.alive:
                 return host.link
+            if self._resolve is not None and (host.link is not None or host.failed_at is not None):
+                await self._resolved(host)
             transport = SocketHost(
                 host.address,
                 token=self._token,
@@ -174,8 +185,24 @@ class RemoteProvider:
             host.link = link
             return link
 
-    async def _link(self) -> HostLink:
-        """A connection to the first host of the ranking that can be reached."""
+    async def _resolved(self, host: _Host) -> None:
+        """Rule 2: move `host` to the address the hook gives now."""
+        assert self._resolve is not None
+        try:
+            with trio.fail_after(self._connect_timeout):
+                address = parse_address(await self._resolve(host.index))
+        except (HostLostError, trio.TooSlowError, ValueError) as error:
+            host.failed_at = trio.current_time()
+            text = str(error) or f"timed out after {self._connect_timeout} s"
+            logger.info("cannot resolve code-mode host %s: %s", host.address, text)
+            raise HostLostError(f"cannot resolve code-mode host {host.address}: {text}") from error
+        if address != host.address:
+            logger.info("code-mode host %s moved to %s", host.address, address)
+            host.address = address
+
+    async def _link(self, session: ProcessSession) -> HostLink:
+        """A connection to the first host of the ranking that can be reached (`session`, any
+        of this provider's, places itself: `RemoteSession._place`)."""
         failures: list[str] = []
         for host in self._ranked():
             try:
@@ -226,6 +253,7 @@ async def open_remote_provider(
     handshake_timeout: float = HANDSHAKE_TIMEOUT,
     connect_timeout: float = CONNECT_TIMEOUT,
     shutdown_timeout: float = SHUTDOWN_TIMEOUT,
+    resolve: Resolver | None = None,
 ) -> AsyncIterator[RemoteProvider]:
     """A provider whose sessions run in hosts listening at `addresses`, for the block.
 
@@ -239,6 +267,10 @@ async def open_remote_provider(
         connect_timeout: seconds to reach a host (TCP connect and TLS handshake).
         shutdown_timeout: seconds the exit waits for the sessions' shutdowns before it aborts
             the connections.
+        resolve: `await resolve(index)` gives the current address of the host given as
+            `addresses[index]`; asked before every reconnection to it (rule 2), for hosts
+            whose address changes when they restart. It raises `HostLostError` when the host
+            cannot be found.
 
     Resource handling: connections are opened on first use; leaving the block shuts every
     session down and closes every connection, shielded and bounded. The hosts keep running.
@@ -259,6 +291,7 @@ async def open_remote_provider(
             ssl_context=ssl_context,
             handshake_timeout=handshake_timeout,
             connect_timeout=connect_timeout,
+            resolve=resolve,
         )
         try:
             yield provider

@@ -1,0 +1,196 @@
+"""`codemode.ray`: host actors placed by a local Ray instance, sessions through them.
+
+Ray starts once for the module (`ray_cluster`), bound to loopback, without a dashboard and
+without usage statistics; every test starts its own two host actors. Processes are followed
+by pid file descriptors (`wait_readable` on a pidfd: readable once the process exited), never
+by sleeping.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from functools import partial
+from typing import Any
+
+import pytest
+import trio
+
+# Read when Ray is imported, and inherited by the processes `ray.init` starts. Ray replaces a
+# loopback `_node_ip_address` by the machine's reachable address unless clusters are off
+# (`ray._private.services.get_node_ip_address`, `ray_constants.ENABLE_RAY_CLUSTER`): off,
+# Ray's traffic and the hosts' addresses stay on 127.0.0.1.
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+
+import ray
+
+from codemode import HostLostError, RuntimeReplacedError
+from codemode.ray import open_ray_provider
+from tests.delegates import RecordingDelegate
+from tests.sessions import execute, run, texts
+
+TOKEN = "ray-test-token-4f1c"
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[None]:
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        log_to_driver=False,
+        configure_logging=False,
+        namespace="codemode-tests",
+    )
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+async def _ray(function: Any, *args: Any, **kwargs: Any) -> Any:
+    return await trio.to_thread.run_sync(partial(function, *args, **kwargs))
+
+
+async def _pids(actor: Any) -> tuple[int, int]:
+    """The actor's process id and its host's."""
+    pids: tuple[int, int] = await _ray(ray.get, actor.pids.remote(), timeout=30)
+    return pids
+
+
+async def _exited(pid: int) -> None:
+    """Return once process `pid` exited (at once if it is gone already)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        await trio.lowlevel.wait_readable(fd)
+    finally:
+        os.close(fd)
+
+
+def _command_line(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/cmdline", "rb") as file:
+        return [part.decode() for part in file.read().split(b"\0") if part]
+
+
+@pytest.mark.usefixtures("ray_cluster")
+async def test_sessions_spread_over_the_host_actors_and_run_cells() -> None:
+    with trio.fail_after(120):
+        async with open_ray_provider(2, token=TOKEN) as provider:
+            first, second = provider.addresses
+            assert first != second
+            assert all(address.startswith("tcp://127.0.0.1:") for address in (first, second))
+            sessions = [await provider.create_session() for _ in range(4)]
+            assert provider.placement() == {first: 2, second: 2}
+            for index, session in enumerate(sessions):
+                response = await run(session, RecordingDelegate(), f"text({index} * 2)")
+                assert texts(response) == [str(index * 2)]
+            # The token went to each host in its environment, never on its command line.
+            for actor in provider.actors:
+                _, host = await _pids(actor)
+                command = _command_line(host)
+                assert "--listen" in command
+                assert not any(TOKEN in part for part in command)
+
+
+@pytest.mark.usefixtures("ray_cluster")
+async def test_a_killed_actors_sessions_recover_on_a_restarted_host() -> None:
+    with trio.fail_after(120):
+        async with open_ray_provider(2, token=TOKEN, connect_timeout=60) as provider:
+            killed, kept = provider.actors
+            old_address = provider.addresses[0]
+            delegates = [RecordingDelegate(), RecordingDelegate()]
+            affected, other = [await provider.create_session() for _ in range(2)]
+            assert provider.placement() == dict.fromkeys(provider.addresses, 1)
+            for session, delegate in zip((affected, other), delegates, strict=True):
+                started = await execute(session, delegate, "await new Promise(() => {})",
+                                        yield_time_ms=0)  # fmt: skip
+                await started.initial_response()
+            actor_pid, host_pid = await _pids(killed)
+
+            await _ray(ray.kill, killed, no_restart=False)
+            await _exited(actor_pid)
+            await _exited(host_pid)  # it stops once its actor is gone
+            await delegates[0].until(lambda: "1" in delegates[0].closed)
+
+            # The affected session: replaced once, then it runs on the restarted host.
+            with pytest.raises(RuntimeReplacedError):
+                await run(affected, delegates[0], "text('lost')")
+            response = await run(affected, delegates[0], "text('back')")
+            assert (response.cell_id, texts(response)) == ("g2:1", ["back"])
+            new_address = provider.addresses[0]
+            assert new_address != old_address
+            assert (await _pids(killed))[0] != actor_pid
+            assert provider.placement() == {new_address: 1, provider.addresses[1]: 1}
+
+            # The other session never noticed: its cell still runs, its next one is "2".
+            assert delegates[1].closed == []
+            response = await run(other, delegates[1], "text('untouched')")
+            assert (response.cell_id, texts(response)) == ("2", ["untouched"])
+            assert kept is provider.actors[1]
+
+
+@pytest.mark.usefixtures("ray_cluster")
+async def test_a_crashed_host_takes_its_actor_down_and_ray_restarts_both() -> None:
+    with trio.fail_after(120):
+        async with open_ray_provider(1, connect_timeout=60) as provider:
+            (actor,) = provider.actors
+            session = await provider.create_session()
+            delegate = RecordingDelegate()
+            started = await execute(session, delegate, "await new Promise(() => {})",
+                                    yield_time_ms=0)  # fmt: skip
+            await started.initial_response()
+            actor_pid, host_pid = await _pids(actor)
+            os.kill(host_pid, signal.SIGKILL)
+            await _exited(actor_pid)  # the actor ended itself, for Ray to restart it
+            await delegate.until(lambda: "1" in delegate.closed)
+            with pytest.raises(RuntimeReplacedError):
+                await run(session, delegate, "text('lost')")
+            response = await run(session, delegate, "text('back')")
+            assert (response.cell_id, texts(response)) == ("g2:1", ["back"])
+            assert (await _pids(actor))[0] != actor_pid
+
+
+@pytest.mark.usefixtures("ray_cluster")
+async def test_leaving_the_block_stops_every_host_and_actor() -> None:
+    with trio.fail_after(120):
+        async with open_ray_provider(2) as provider:
+            pids = [await _pids(actor) for actor in provider.actors]
+            session = await provider.create_session()
+            started = await execute(session, RecordingDelegate(), "await new Promise(() => {})",
+                                    yield_time_ms=0)  # fmt: skip
+            await started.initial_response()
+            for _, host in pids:
+                assert "codemode_host" in " ".join(_command_line(host))
+        # The hosts were stopped and reaped before the block ended.
+        for _, host in pids:
+            with pytest.raises(ProcessLookupError):
+                os.pidfd_open(host)
+        # The actors' processes end once Ray killed them.
+        for actor, _ in pids:
+            await _exited(actor)
+
+
+@pytest.mark.usefixtures("ray_cluster")
+async def test_a_host_that_refuses_to_listen_fails_the_start() -> None:
+    # Beyond loopback without a token: the host refuses to start, and says why.
+    with trio.fail_after(120), pytest.raises(HostLostError) as caught:
+        async with open_ray_provider(1, listen_host="192.0.2.254", max_restarts=0):
+            pass  # pragma: no cover
+    assert "a code-mode host actor did not start" in str(caught.value)
+    assert "refusing to listen on tcp://192.0.2.254:0 without a token" in str(caught.value)
+
+
+def test_without_ray_the_import_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [name for name in sys.modules if name.startswith("codemode.ray")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(
+        ImportError, match=r"^codemode.ray needs Ray: pip install 'codemode\[ray\]'$"
+    ):
+        import codemode.ray  # noqa: F401
