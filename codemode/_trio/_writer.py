@@ -5,7 +5,8 @@ Both ends of the wire use one `FrameWriter` per connection. `flush()` (synchrono
 notes that the connection queued something. The bytes leave at the end of the trio scheduler's
 current pass (a `before_io_wait` instrument hook, which trio calls once per pass, before it
 polls for I/O): every frame the pass's tasks queued goes out in one non-blocking write to the
-pipe's file descriptor, and whatever the pipe does not take is left to the writer task (`run`).
+pipe's or plain socket's file descriptor, and whatever it does not take is left to the writer
+task (`run`, which also does all the writing over TLS).
 
 Why at the end of the pass: one write per frame cost a system call and a wake-up of the peer
 per frame (the host's busiest single line under 64 sessions, `../shared/notes`); a task hop per
@@ -38,14 +39,15 @@ class FrameWriter:
     """The writer side of one connection.
 
     Args:
-        stream: where the bytes go (a pipe's `FdStream` allows direct writes).
+        stream: where the bytes go (a pipe's `FdStream` and a `SocketStream` allow direct
+            writes).
         take: returns (and forgets) every byte the connection queued.
     """
 
     def __init__(self, stream: trio.abc.SendStream, take: Callable[[], bytes]) -> None:
         self._stream = stream
         self._take = take
-        self._fd = stream.fileno() if isinstance(stream, trio.lowlevel.FdStream) else None
+        self._fd = _direct_fd(stream)
         self._left = bytearray()
         self._writing = False
         self._queued = trio.Event()
@@ -123,6 +125,17 @@ class FrameWriter:
         data = self._take()
         if data:
             self._left += data
+
+
+def _direct_fd(stream: trio.abc.SendStream) -> int | None:
+    """The descriptor a pass's bytes can be written to without the writer task: a pipe's, or
+    a plain socket's (trio keeps both non-blocking); None for anything else (TLS encrypts in
+    the stream, memory streams have no descriptor)."""
+    if isinstance(stream, trio.lowlevel.FdStream):
+        return stream.fileno()
+    if isinstance(stream, trio.SocketStream):
+        return stream.socket.fileno()
+    return None
 
 
 class _EndOfPass(trio.abc.Instrument):
