@@ -175,6 +175,17 @@ class Engine:
         return await trio.to_thread.run_sync(self._native.wait_prepared, seconds)
 
     @property
+    def trims(self) -> int:
+        """Times the engine gave freed memory back to the system: an idle worker does once no
+        cell is live and cells freed 16 MiB of heap since the last time."""
+        return self._native.trims
+
+    async def wait_trimmed(self, after: int, seconds: float = 10.0) -> int:
+        """Wait until more than `after` trims happened (or `seconds` passed); the trims so
+        far. The wait in its thread cannot be cancelled: `seconds` bounds it."""
+        return await trio.to_thread.run_sync(self._native.wait_trimmed, after, seconds)
+
+    @property
     def worker_threads(self) -> int:
         """Native worker threads started so far (the pool grows when cells starve)."""
         return self._native.worker_threads

@@ -43,6 +43,10 @@
  *    happens before the runtime is taken: at the cell's start its limits are applied and the
  *    prelude's configurer runs with its configuration. A preparation that fails (the heap
  *    budget is used up) stops the refill until the next cell starts.
+ * 10. Memory goes back to the system: once no cell is live and cells have freed TRIM_AFTER bytes
+ *    of heap since the last time, an idle worker calls malloc_trim (glibc keeps freed memory in
+ *    its arenas, one per worker thread, and a host that ran a thousand cells kept their 200 MiB
+ *    after they ended).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -204,7 +208,12 @@ struct engine {
     int prepared_target;
     bool preparing;
     bool prepare_failed;
-    pthread_cond_t prepared_changed; /* for wait_prepared (tests and benchmarks) */
+    pthread_cond_t prepared_changed; /* for wait_prepared and wait_trimmed (tests, benchmarks) */
+
+    /* Rule 10: heap freed since the last trim, and the trims so far (trims guarded by lock). */
+    atomic_size_t freed_since_trim;
+    bool trimming;
+    int64_t trims;
 };
 
 static void free_command(command_t *cmd)
@@ -401,6 +410,7 @@ static char *to_json_utf8(JSContext *ctx, JSValueConst value, size_t *len)
 /* The engine-wide budget is counted in chunks each cell reserves, not per allocation: one
    atomic operation per chunk instead of one per malloc on a counter all workers share. */
 #define HEAP_CHUNK ((size_t)1 << 20)
+#define TRIM_AFTER ((size_t)16 << 20)
 
 /* Whether growing the cell's heap by `grow` bytes would pass its limit or the engine's budget;
    records which one (rule 8). */
@@ -867,6 +877,8 @@ static void free_js(cell_t *c)
         return;
     JS_UpdateStackTop(c->rt);
     c->heap_enforced = false;
+    /* What the runtime holds is about to be freed (rule 10). */
+    atomic_fetch_add_explicit(&c->engine->freed_since_trim, c->heap_used, memory_order_relaxed);
     JS_FreeValue(c->ctx, c->module_promise);
     JS_FreeValue(c->ctx, c->dispatch);
     JS_FreeValue(c->ctx, c->configure);
@@ -1202,6 +1214,18 @@ static void *worker_main(void *arg)
     pthread_mutex_lock(&e->lock);
     for (;;) {
         while (!e->rq_head && !e->stopping) {
+            if (!e->trimming && e->live_count == 0 &&
+                atomic_load_explicit(&e->freed_since_trim, memory_order_relaxed) >= TRIM_AFTER) {
+                e->trimming = true; /* rule 10 */
+                atomic_store(&e->freed_since_trim, 0);
+                pthread_mutex_unlock(&e->lock);
+                malloc_trim(0);
+                pthread_mutex_lock(&e->lock);
+                e->trimming = false;
+                e->trims++;
+                pthread_cond_broadcast(&e->prepared_changed);
+                continue;
+            }
             if (!e->preparing && !e->prepare_failed && e->nprepared < e->prepared_target) {
                 e->preparing = true;
                 pthread_mutex_unlock(&e->lock);
@@ -1717,6 +1741,47 @@ static PyObject *Engine_wait_prepared(EngineObject *self, PyObject *arg)
     return PyBool_FromLong(full);
 }
 
+static PyObject *Engine_trims(EngineObject *self, void *closure)
+{
+    (void)closure;
+    if (!self->engine)
+        return PyLong_FromLong(0);
+    pthread_mutex_lock(&self->engine->lock);
+    int64_t n = self->engine->trims;
+    pthread_mutex_unlock(&self->engine->lock);
+    return PyLong_FromLongLong(n);
+}
+
+/* wait_trimmed(after, seconds): blocks (without the GIL) until more than `after` trims happened
+   (rule 10), the engine stops, or `seconds` pass; the trims so far. */
+static PyObject *Engine_wait_trimmed(EngineObject *self, PyObject *args)
+{
+    long long after;
+    double seconds;
+    if (!PyArg_ParseTuple(args, "Ld", &after, &seconds))
+        return NULL;
+    engine_t *e = self->engine;
+    if (!e)
+        return raise_closed((PyObject *)self);
+    struct timespec deadline;
+    monotonic_now(&deadline);
+    deadline.tv_sec += (time_t)seconds;
+    deadline.tv_nsec += (long)((seconds - (double)(time_t)seconds) * 1e9);
+    if (deadline.tv_nsec >= 1000000000) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000;
+    }
+    int64_t trims;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&e->lock);
+    while (e->trims <= after && !e->stopping && !reached(&deadline))
+        pthread_cond_timedwait(&e->prepared_changed, &e->lock, &deadline);
+    trims = e->trims;
+    pthread_mutex_unlock(&e->lock);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLongLong(trims);
+}
+
 static PyObject *Engine_live_cells(EngineObject *self, void *closure)
 {
     (void)closure;
@@ -1842,6 +1907,8 @@ static PyMethodDef Engine_methods[] = {
      "Take every event published since the last drain, as (key, kind, n1, n2, a, b) tuples."},
     {"fileno", (PyCFunction)Engine_fileno, METH_NOARGS,
      "The eventfd that becomes readable when events are waiting."},
+    {"wait_trimmed", (PyCFunction)Engine_wait_trimmed, METH_VARARGS,
+     "Block (GIL released) until more than `after` trims happened or `seconds` pass."},
     {"wait_prepared", (PyCFunction)Engine_wait_prepared, METH_O,
      "Block (GIL released) until the prepared-cell pool is full or `seconds` pass."},
     {"close", (PyCFunction)Engine_close, METH_NOARGS,
@@ -1862,6 +1929,8 @@ static PyObject *Engine_worker_threads(EngineObject *self, void *closure)
 
 static PyGetSetDef Engine_getset[] = {
     {"live_cells", (getter)Engine_live_cells, NULL, "Cells created and not yet freed.", NULL},
+    {"trims", (getter)Engine_trims, NULL, "Times freed memory went back to the system (rule 10).",
+     NULL},
     {"prepared_cells", (getter)Engine_prepared_cells, NULL,
      "Prepared runtimes waiting for a cell (rule 9).", NULL},
     {"heap_total", (getter)Engine_heap_total, NULL, "Bytes of heap all cells hold.", NULL},
