@@ -168,6 +168,11 @@ class Engine:
         """Runtimes prepared ahead of use and not yet taken by a cell."""
         return self._native.prepared_cells
 
+    @property
+    def prepared_taken(self) -> int:
+        """Cells that started on a prepared runtime."""
+        return self._native.prepared_taken
+
     async def wait_prepared(self, seconds: float = 10.0) -> bool:
         """Wait until the pool of prepared runtimes is full (False: not within `seconds`, or a
         preparation failed for lack of memory). The wait in its thread cannot be cancelled:
@@ -297,9 +302,10 @@ async def open_engine(
             instead of hanging). None: never.
         heap_budget: the most JavaScript heap all cells may hold together; an allocation past
             it fails its cell (None: `default_heap_budget()`, half the machine's memory).
-        prepared_cells: runtimes an idle worker prepares ahead of use (context and prelude
-            ready), so that starting a cell does not wait for its runtime's creation (None:
-            one per worker; 0: none). Each holds about 200 KB.
+        prepared_cells: runtimes a preparer thread makes ahead of use (context and prelude
+            ready), with CPU nobody else wants (SCHED_IDLE), so that starting a cell does not
+            wait for its runtime's creation (None: one per worker; 0: none, and no preparer
+            thread). Each holds about 200 KB.
 
     Resource handling: on exit, every cell still running is interrupted and the worker
     threads are joined (shielded: a cancelled block still waits for the threads).

@@ -34,9 +34,12 @@
  *    of each turn; past it the cell ends with OUTCOME_CPU_LIMIT) and its pending output (bytes
  *    of text and images published and not yet taken by Python: past it `text()` and `image()`
  *    throw a catchable Error, and nothing is published).
- * 9. Prepared cells: an idle worker (one at a time) creates runtimes ahead of use, each with its
- *    context and the prelude evaluated, up to `prepared_target`; `start_cell` takes one if there
- *    is one, so the runtime's creation is off the cell's critical path. A prepared runtime
+ * 9. Prepared cells: a preparer thread creates runtimes ahead of use, each with its context and
+ *    the prelude evaluated, up to `prepared_target`; `start_cell` takes one if there is one, so
+ *    the runtime's creation is off the cell's critical path. The preparer runs under
+ *    SCHED_IDLE: it uses only CPU nobody else wants, never delaying a worker or the host's
+ *    Python (under full load the pool stays empty and cells create their runtimes, as without
+ *    it). A prepared runtime
  *    belongs to the cell_t it was made for (its allocator, interrupt handler and runtime opaque
  *    point at it), so a prepared cell is a cell_t without a key yet. Preparing runs the
  *    prelude's preparer (helpers defined, disallowed globals removed); nothing cell-specific
@@ -206,8 +209,11 @@ struct engine {
     cell_t *prepared;
     int nprepared;
     int prepared_target;
-    bool preparing;
+    int64_t prepared_taken; /* cells that started on a prepared runtime */
     bool prepare_failed;
+    pthread_cond_t prepare_wanted;
+    pthread_t preparer;
+    bool preparer_started;
     pthread_cond_t prepared_changed; /* for wait_prepared and wait_trimmed (tests, benchmarks) */
 
     /* Rule 10: heap freed since the last trim, and the trims so far (trims guarded by lock). */
@@ -1226,22 +1232,6 @@ static void *worker_main(void *arg)
                 pthread_cond_broadcast(&e->prepared_changed);
                 continue;
             }
-            if (!e->preparing && !e->prepare_failed && e->nprepared < e->prepared_target) {
-                e->preparing = true;
-                pthread_mutex_unlock(&e->lock);
-                cell_t *prepared = prepare_cell(e);
-                pthread_mutex_lock(&e->lock);
-                e->preparing = false;
-                if (prepared) {
-                    prepared->prepared_next = e->prepared;
-                    e->prepared = prepared;
-                    e->nprepared++;
-                } else {
-                    e->prepare_failed = true;
-                }
-                pthread_cond_broadcast(&e->prepared_changed);
-                continue;
-            }
             e->idle++;
             pthread_cond_wait(&e->work, &e->lock);
             e->idle--;
@@ -1276,6 +1266,34 @@ static void *worker_main(void *arg)
             cell_release(c);
             pthread_mutex_lock(&e->lock);
         }
+    }
+    pthread_mutex_unlock(&e->lock);
+    return NULL;
+}
+
+/* Rule 9: keeps the pool of prepared cells full, with CPU nobody else wants. */
+static void *preparer_main(void *arg)
+{
+    engine_t *e = arg;
+    struct sched_param idle = {0};
+    pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle); /* best effort */
+    pthread_mutex_lock(&e->lock);
+    for (;;) {
+        while (!e->stopping && (e->prepare_failed || e->nprepared >= e->prepared_target))
+            pthread_cond_wait(&e->prepare_wanted, &e->lock);
+        if (e->stopping)
+            break;
+        pthread_mutex_unlock(&e->lock);
+        cell_t *prepared = prepare_cell(e);
+        pthread_mutex_lock(&e->lock);
+        if (prepared) {
+            prepared->prepared_next = e->prepared;
+            e->prepared = prepared;
+            e->nprepared++;
+        } else {
+            e->prepare_failed = true;
+        }
+        pthread_cond_broadcast(&e->prepared_changed);
     }
     pthread_mutex_unlock(&e->lock);
     return NULL;
@@ -1499,6 +1517,7 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds)
     pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
     pthread_cond_init(&e->starved, &monotonic);
     pthread_cond_init(&e->prepared_changed, &monotonic);
+    pthread_cond_init(&e->prepare_wanted, NULL);
     pthread_condattr_destroy(&monotonic);
     self->engine = e;
 
@@ -1509,6 +1528,13 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds)
         ok = spawn_worker_locked(e);
     if (ok)
         ok = e->monitor_started = pthread_create(&e->monitor, NULL, monitor_main, e) == 0;
+    if (ok && e->prepared_target > 0) {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, WORKER_STACK_SIZE);
+        ok = e->preparer_started = pthread_create(&e->preparer, &attr, preparer_main, e) == 0;
+        pthread_attr_destroy(&attr);
+    }
     pthread_mutex_unlock(&e->lock);
     if (!ok) {
         PyErr_SetString(PyExc_OSError, "cannot start the engine's threads");
@@ -1529,10 +1555,13 @@ static void engine_stop(engine_t *e)
         atomic_store(&c->interrupt, 1);
     pthread_cond_broadcast(&e->work);
     pthread_cond_broadcast(&e->starved);
+    pthread_cond_broadcast(&e->prepare_wanted);
     pthread_mutex_unlock(&e->lock);
     /* The monitor first: once it is gone, no worker can be added. */
     if (e->monitor_started)
         pthread_join(e->monitor, NULL);
+    if (e->preparer_started)
+        pthread_join(e->preparer, NULL);
     for (int i = 0; i < e->nthreads; i++)
         pthread_join(e->threads[i], NULL);
     pthread_mutex_lock(&e->lock);
@@ -1590,6 +1619,7 @@ static void Engine_dealloc(EngineObject *self)
         pthread_cond_destroy(&e->work);
         pthread_cond_destroy(&e->starved);
         pthread_cond_destroy(&e->prepared_changed);
+        pthread_cond_destroy(&e->prepare_wanted);
         pthread_mutex_destroy(&e->ev_lock);
         free(e->prelude);
         free(e->threads);
@@ -1741,6 +1771,17 @@ static PyObject *Engine_wait_prepared(EngineObject *self, PyObject *arg)
     return PyBool_FromLong(full);
 }
 
+static PyObject *Engine_prepared_taken(EngineObject *self, void *closure)
+{
+    (void)closure;
+    if (!self->engine)
+        return PyLong_FromLong(0);
+    pthread_mutex_lock(&self->engine->lock);
+    int64_t n = self->engine->prepared_taken;
+    pthread_mutex_unlock(&self->engine->lock);
+    return PyLong_FromLongLong(n);
+}
+
 static PyObject *Engine_trims(EngineObject *self, void *closure)
 {
     (void)closure;
@@ -1823,13 +1864,16 @@ static PyObject *Engine_start_cell(EngineObject *self, PyObject *args, PyObject 
         goto done;
     cmd = new_command(CMD_START);
     pthread_mutex_lock(&e->lock);
-    c = e->prepared; /* rule 9; the worker that runs this start refills the pool when idle */
+    c = e->prepared; /* rule 9 */
     if (c) {
         e->prepared = c->prepared_next;
         c->prepared_next = NULL;
         e->nprepared--;
+        e->prepared_taken++;
     }
     e->prepare_failed = false;
+    if (e->nprepared < e->prepared_target)
+        pthread_cond_signal(&e->prepare_wanted);
     pthread_mutex_unlock(&e->lock);
     if (!c) {
         c = calloc(1, sizeof(cell_t));
@@ -1929,6 +1973,8 @@ static PyObject *Engine_worker_threads(EngineObject *self, void *closure)
 
 static PyGetSetDef Engine_getset[] = {
     {"live_cells", (getter)Engine_live_cells, NULL, "Cells created and not yet freed.", NULL},
+    {"prepared_taken", (getter)Engine_prepared_taken, NULL,
+     "Cells that started on a prepared runtime (rule 9).", NULL},
     {"trims", (getter)Engine_trims, NULL, "Times freed memory went back to the system (rule 10).",
      NULL},
     {"prepared_cells", (getter)Engine_prepared_cells, NULL,
