@@ -57,11 +57,12 @@ async def test_frames_flushed_before_close_leave_in_order() -> None:
     assert failures == []
 
 
-async def test_frames_queued_in_one_scheduler_pass_leave_in_one_write(
+async def test_the_first_frame_of_a_pass_leaves_at_once_and_the_rest_in_one_write(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Many cells answering in the same pass of the scheduler used to cost one system call
-    # (and one wake-up of the peer) per frame.
+    # (and one wake-up of the peer) per frame; deferring them all made a lone frame wait for
+    # the rest of its pass.
     from codemode._trio import _writer
 
     writes: list[bytes] = []
@@ -86,13 +87,13 @@ async def test_frames_queued_in_one_scheduler_pass_leave_in_one_write(
             failures: list[BaseException] = []
             nursery.start_soon(writer.run, failures.append)
             await trio.testing.wait_all_tasks_blocked()
-            for chunk in (b"a", b"b", b"c"):
+            for chunk in (b"a", b"b", b"c", b"d"):
                 queued.append(chunk)
                 writer.flush()
-            assert writes == []  # nothing leaves before the pass ends
+            assert writes == [b"a"]  # the pass's first frame left at once
             await trio.testing.wait_all_tasks_blocked()
-            assert writes == [b"abc"]
-            assert reader.read(3) == b"abc"
+            assert writes == [b"a", b"bcd"]  # the rest when the pass ended
+            assert reader.read(4) == b"abcd"
             writer.close()
         assert failures == []
 

@@ -1,18 +1,20 @@
 """Sending what a sans-IO connection queued: in order, batched per scheduler pass, without a
 task hop when the pipe has room.
 
-Both ends of the wire use one `FrameWriter` per connection. `flush()` (synchronous, cheap) only
-notes that the connection queued something. The bytes leave at the end of the trio scheduler's
-current pass (a `before_io_wait` instrument hook, which trio calls once per pass, before it
-polls for I/O): every frame the pass's tasks queued goes out in one non-blocking write to the
-pipe's or plain socket's file descriptor, and whatever it does not take is left to the writer
-task (`run`, which also does all the writing over TLS).
+Both ends of the wire use one `FrameWriter` per connection. The first `flush()` of a pass of
+the trio scheduler writes what the connection queued at once, in one non-blocking write to the
+pipe's or plain socket's file descriptor; later flushes of the same pass only note that
+something is queued, and it all leaves at the end of the pass (a `before_io_wait` instrument
+hook, which trio calls once per pass, before it polls for I/O), again in one write. What the
+descriptor does not take is left to the writer task (`run`, which also does all the writing
+over TLS).
 
-Why at the end of the pass: one write per frame cost a system call and a wake-up of the peer
-per frame (the host's busiest single line under 64 sessions, `../shared/notes`); a task hop per
-frame cost about a fifth of a tool call's round trip. Writing when the pass ends costs neither:
-a lone request still leaves before the loop sleeps, and the frames of many concurrent cells
-leave together.
+Why: one write per frame cost a system call and a wake-up of the peer per frame (the host's
+busiest single line under 64 sessions, `../shared/notes`), and a task hop per frame about a
+fifth of a tool call's round trip. Deferring every frame to the end of its pass cost a lone
+frame the rest of its pass (about 60 us of a nested tool call's 300 on two cores: the peer
+could not start meanwhile). So the first frame of a pass leaves at once, and the frames of many
+concurrent cells leave together.
 
 Rules:
 1. One byte order: the direct write happens only when the writer task is not writing and
@@ -53,12 +55,23 @@ class FrameWriter:
         self._queued = trio.Event()
         self._closing = False
         self._dirty = False
+        self._wrote_in_pass = False
         self._hook = _EndOfPass(self)
         self._token: trio.lowlevel.TrioToken | None = None
 
     def flush(self) -> None:
-        """The connection queued something: it leaves when the scheduler's pass ends."""
-        self._dirty = True
+        """The connection queued something: it leaves now if it is the pass's first write
+        (and the writer task is not writing), else when the pass ends."""
+        if self._wrote_in_pass or self._writing or self._fd is None or self._token is None:
+            self._dirty = True
+            return
+        self._dirty = False
+        self._take_queued()
+        if not self._left:
+            return  # nothing queued: the pass's first write is still to come
+        self._wrote_in_pass = True
+        if self._write_direct():
+            self._queued.set()  # in a task's step: the loop sees the woken task before it sleeps
 
     def close(self) -> None:
         """Write what is left, then let `run` return."""
@@ -78,20 +91,26 @@ class FrameWriter:
     def _end_of_pass(self) -> None:
         """Send what was queued during the pass: at once if the pipe has room (rule 1), else
         through the writer task (which, when it is writing, takes the rest when it is done)."""
+        self._wrote_in_pass = False
         if not self._dirty:
             return
         self._dirty = False
         self._take_queued()
+        if self._write_direct() and self._token is not None:
+            self._token.run_sync_soon(self._wake)  # rule 4
+
+    def _write_direct(self) -> bool:
+        """Write what is left in one non-blocking system call, unless the writer task is
+        writing (rule 1); whether the writer task must write the rest."""
         if not self._left or self._writing:
-            return
+            return False
         if self._fd is not None:
             try:
                 written = os.write(self._fd, self._left)
             except OSError:
                 written = 0  # full (EAGAIN) or broken: the writer task waits or reports it
             del self._left[:written]
-        if self._left and self._token is not None:
-            self._token.run_sync_soon(self._wake)  # rule 4
+        return bool(self._left)
 
     def _wake(self) -> None:
         self._queued.set()
