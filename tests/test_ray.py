@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import tempfile
 from collections.abc import Iterator
 from functools import partial
 from typing import Any
@@ -37,18 +38,22 @@ TOKEN = "ray-test-token-4f1c"
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[None]:
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        log_to_driver=False,
-        configure_logging=False,
-        namespace="codemode-tests",
-    )
-    try:
-        yield
-    finally:
-        ray.shutdown()
+    # Ray's session directory holds its Unix sockets, whose paths must stay under 108 bytes:
+    # under nox, $TMPDIR is deep inside the project and `ray.init` waited forever.
+    with tempfile.TemporaryDirectory(prefix="ray-", dir="/tmp") as session_root:
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            _temp_dir=session_root,
+            log_to_driver=False,
+            configure_logging=False,
+            namespace="codemode-tests",
+        )
+        try:
+            yield
+        finally:
+            ray.shutdown()
 
 
 async def _ray(function: Any, *args: Any, **kwargs: Any) -> Any:
