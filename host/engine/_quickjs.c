@@ -1320,6 +1320,15 @@ static void monotonic_now(struct timespec *ts)
     clock_gettime(CLOCK_MONOTONIC, ts);
 }
 
+/* The monotonic time `ns` nanoseconds from now. */
+static void deadline_after(struct timespec *deadline, int64_t ns)
+{
+    monotonic_now(deadline);
+    int64_t total = (int64_t)deadline->tv_nsec + ns;
+    deadline->tv_sec += (time_t)(total / 1000000000);
+    deadline->tv_nsec = (long)(total % 1000000000);
+}
+
 static bool reached(const struct timespec *deadline)
 {
     struct timespec now;
@@ -1344,12 +1353,7 @@ static void *monitor_main(void *arg)
         if (watched != e->turns_completed) {
             /* Progress since the last look (or a first look): start the clock again. */
             watched = e->turns_completed;
-            monotonic_now(&deadline);
-            deadline.tv_nsec += STARVATION_NS;
-            if (deadline.tv_nsec >= 1000000000L) {
-                deadline.tv_sec++;
-                deadline.tv_nsec -= 1000000000L;
-            }
+            deadline_after(&deadline, STARVATION_NS);
         }
         if (reached(&deadline)) {
             spawn_worker_locked(e);
@@ -1752,13 +1756,7 @@ static PyObject *Engine_wait_prepared(EngineObject *self, PyObject *arg)
     if (!e)
         return raise_closed((PyObject *)self);
     struct timespec deadline;
-    monotonic_now(&deadline);
-    deadline.tv_sec += (time_t)seconds;
-    deadline.tv_nsec += (long)((seconds - (double)(time_t)seconds) * 1e9);
-    if (deadline.tv_nsec >= 1000000000) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000;
-    }
+    deadline_after(&deadline, (int64_t)(seconds * 1e9));
     bool full;
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&e->lock);
@@ -1805,13 +1803,7 @@ static PyObject *Engine_wait_trimmed(EngineObject *self, PyObject *args)
     if (!e)
         return raise_closed((PyObject *)self);
     struct timespec deadline;
-    monotonic_now(&deadline);
-    deadline.tv_sec += (time_t)seconds;
-    deadline.tv_nsec += (long)((seconds - (double)(time_t)seconds) * 1e9);
-    if (deadline.tv_nsec >= 1000000000) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000;
-    }
+    deadline_after(&deadline, (int64_t)(seconds * 1e9));
     int64_t trims;
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&e->lock);
