@@ -7,6 +7,7 @@ fires each timer after its delay on trio's clock.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -144,3 +145,15 @@ async def wait_for(cell: EngineCell, predicate: Callable[[CellEvent], bool]) -> 
         seen.extend(batch)
         if any(predicate(event) for event in batch):
             return seen
+
+
+async def wait_exited(pid: int) -> None:
+    """Until process `pid` has exited (its pidfd turns readable; at once if it is gone)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        await trio.lowlevel.wait_readable(fd)
+    finally:
+        os.close(fd)

@@ -27,6 +27,7 @@ from codemode import (
 )
 from codemode.process import ProcessProvider
 from tests.delegates import RecordingDelegate
+from tests.helpers import wait_exited
 from tests.sessions import execute, run, texts, tool
 from tests.test_host import _dead
 
@@ -39,18 +40,6 @@ def spread(provider: ProcessProvider) -> list[int]:
 
 def pids(provider: ProcessProvider) -> list[int | None]:
     return [host.pid for host in provider.statistics().hosts]
-
-
-async def wait_exited(pid: int) -> None:
-    """Until the process has exited (its pidfd turns readable)."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    try:
-        await trio.lowlevel.wait_readable(fd)
-    finally:
-        os.close(fd)
 
 
 async def closed(delegate: RecordingDelegate, cells: list[str]) -> None:

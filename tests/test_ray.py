@@ -31,6 +31,7 @@ import ray
 from codemode import HostLostError, RuntimeReplacedError
 from codemode.ray import open_ray_provider
 from tests.delegates import RecordingDelegate
+from tests.helpers import wait_exited
 from tests.sessions import execute, run, texts
 
 TOKEN = "ray-test-token-4f1c"
@@ -64,18 +65,6 @@ async def _pids(actor: Any) -> tuple[int, int]:
     """The actor's process id and its host's."""
     pids: tuple[int, int] = await _ray(ray.get, actor.pids.remote(), timeout=30)
     return pids
-
-
-async def _exited(pid: int) -> None:
-    """Return once process `pid` exited (at once if it is gone already)."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    try:
-        await trio.lowlevel.wait_readable(fd)
-    finally:
-        os.close(fd)
 
 
 def _command_line(pid: int) -> list[str]:
@@ -119,8 +108,8 @@ async def test_a_killed_actors_sessions_recover_on_a_restarted_host() -> None:
             actor_pid, host_pid = await _pids(killed)
 
             await _ray(ray.kill, killed, no_restart=False)
-            await _exited(actor_pid)
-            await _exited(host_pid)  # it stops once its actor is gone
+            await wait_exited(actor_pid)
+            await wait_exited(host_pid)  # it stops once its actor is gone
             await delegates[0].until(lambda: "1" in delegates[0].closed)
 
             # The affected session: replaced once, then it runs on the restarted host.
@@ -152,7 +141,7 @@ async def test_a_crashed_host_takes_its_actor_down_and_ray_restarts_both() -> No
             await started.initial_response()
             actor_pid, host_pid = await _pids(actor)
             os.kill(host_pid, signal.SIGKILL)
-            await _exited(actor_pid)  # the actor ended itself, for Ray to restart it
+            await wait_exited(actor_pid)  # the actor ended itself, for Ray to restart it
             await delegate.until(lambda: "1" in delegate.closed)
             with pytest.raises(RuntimeReplacedError):
                 await run(session, delegate, "text('lost')")
@@ -178,7 +167,7 @@ async def test_leaving_the_block_stops_every_host_and_actor() -> None:
                 os.pidfd_open(host)
         # The actors' processes end once Ray killed them.
         for actor, _ in pids:
-            await _exited(actor)
+            await wait_exited(actor)
 
 
 @pytest.mark.usefixtures("ray_cluster")
