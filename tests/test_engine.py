@@ -572,3 +572,39 @@ async def test_memory_goes_back_to_the_system_once_no_cell_is_live() -> None:
             for cell in cells:
                 cell.close()
             assert await engine.wait_trimmed(trims) > trims
+
+
+KEEP_32_MIB = 'globalThis.keep = "x".repeat(32 << 20); text("kept")'
+
+
+async def test_a_finished_cell_gives_its_heap_back_before_it_is_closed() -> None:
+    # Rule 11: the worker frees the runtime at the end of the turn the cell finished in. With
+    # one worker, the second cell's turn runs after the first one's ended, so the budget (48
+    # MiB) holds the second 32 MiB string only if the first, unclosed, cell gave its own back.
+    async with open_engine(workers=1, max_workers=1, heap_budget=48 << 20) as engine:
+        with trio.fail_after(30):
+            first = engine.start_cell(KEEP_32_MIB)
+            events = await wait_for(first, lambda event: isinstance(event, Finished))
+            assert isinstance(events[-1], Finished)
+            assert events[-1].outcome is Outcome.OK
+            second = engine.start_cell(KEEP_32_MIB)
+            events = await wait_for(second, lambda event: isinstance(event, Finished))
+            assert isinstance(events[-1], Finished), events
+            assert events[-1].error_text is None
+            first.close()
+            second.close()
+    assert engine.heap_total == 0
+
+
+async def test_closing_the_last_finished_cell_starts_the_trim() -> None:
+    # Finished cells need no worker to close (rule 11): the close of the last live one wakes
+    # an idle worker for the trim of rule 10 all the same.
+    async with open_engine(workers=2) as engine:
+        trims = engine.trims
+        with trio.fail_after(30):
+            cells = [engine.start_cell('text("done")') for _ in range(120)]
+            for cell in cells:
+                await wait_for(cell, lambda event: isinstance(event, Finished))
+            for cell in cells:
+                cell.close()
+            assert await engine.wait_trimmed(trims) > trims

@@ -50,6 +50,10 @@
  *    of heap since the last time, an idle worker calls malloc_trim (glibc keeps freed memory in
  *    its arenas, one per worker thread, and a host that ran a thousand cells kept their 200 MiB
  *    after they ended).
+ * 11. A finished cell's runtime is freed by the worker at the end of the turn it finished in,
+ *    not by a later close: closing it then needs no worker (no wake-up, no turn), and its memory
+ *    goes back while the host is still handling its end. A close that frees the last live cell
+ *    wakes an idle worker only if rule 10 has memory to give back.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -144,6 +148,7 @@ typedef struct cell {
     command_t *cmd_head, *cmd_tail;
     bool scheduled;
     bool close_queued;
+    bool js_freed; /* the runtime is gone, freed where the cell finished (rule 11) */
     struct cell *run_next;
     struct cell *live_prev, *live_next;
 
@@ -1163,6 +1168,8 @@ static void run_turn(cell_t *c, command_t *cmds)
         publish(c, EV_IDLE, c->commands_taken, c->cpu_ns / 1000, NULL, 0, NULL, 0);
         finish_if_stopped(c); /* the idle event itself may be the one that was lost */
     }
+    if (c->finished)
+        free_js(c); /* rule 11 */
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -1252,6 +1259,7 @@ static void *worker_main(void *arg)
 
         pthread_mutex_lock(&e->lock);
         e->turns_completed++;
+        c->js_freed = c->rt == NULL;
         if (c->cmd_head) {
             /* More work arrived during the turn: back of the queue, for fairness. */
             c->run_next = NULL;
@@ -2092,7 +2100,12 @@ static void cell_close(CellObject *self)
         c->live_next->live_prev = c->live_prev;
     e->live_count--;
     bool queued = false;
-    if (cmd) {
+    if (c->js_freed && !c->scheduled) {
+        /* Nothing left for a worker to do (rule 11); one trims if this was the last cell. */
+        if (e->live_count == 0 && e->idle > 0 && !e->trimming &&
+            atomic_load_explicit(&e->freed_since_trim, memory_order_relaxed) >= TRIM_AFTER)
+            pthread_cond_signal(&e->work);
+    } else if (cmd) {
         cmd->kind = CMD_CLOSE;
         queued = enqueue_locked(e, c, cmd);
     }
