@@ -35,7 +35,7 @@ from codemode_host.engine import Engine, open_engine
 from codemode_host.runtime import worker_ceiling
 
 from codemode import AdmissionLimits
-from codemode._trio import FrameWriter
+from codemode._trio import ChunkReader, FrameWriter
 from codemode.protocol import (
     CAPABILITIES,
     NEED_DATA,
@@ -151,12 +151,13 @@ async def _read(
     wire: FrameWriter,
 ) -> int:
     """Feed the connection and dispatch its events until the client is gone; the status."""
+    reader = ChunkReader(receive, READ_CHUNK)
     try:
         while True:
             event = connection.next_event()
             if event is NEED_DATA:
                 wire.flush()
-                connection.receive_data(await receive.receive_some(READ_CHUNK))
+                connection.receive_data(await reader.receive_some())
                 continue
             match event:
                 case RequestReceived(request_id=request_id, request=request):

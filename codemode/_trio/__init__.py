@@ -7,6 +7,7 @@ Private: the host (`codemode_host`) imports them from here, applications never d
 - `open_service_nursery`: a nursery whose body's own exception leaves it unwrapped.
 - `RunOnce`: a job run once as a task, awaited to its end by every caller.
 - `FrameWriter`: sends what a sans-IO connection queued, in order, at once when it can.
+- `ChunkReader`: receives what the peer sent, one pass of the scheduler per arrival.
 """
 
 from ._callbacks import CLEANUP_GRACE as CLEANUP_GRACE
@@ -14,11 +15,13 @@ from ._callbacks import CallbackGroup as CallbackGroup
 from ._nursery import open_service_nursery as open_service_nursery
 from ._once import RunOnce as RunOnce
 from ._oneshot import OneShot as OneShot
+from ._reader import ChunkReader as ChunkReader
 from ._writer import FrameWriter as FrameWriter
 
 __all__ = [
     "CLEANUP_GRACE",
     "CallbackGroup",
+    "ChunkReader",
     "FrameWriter",
     "OneShot",
     "RunOnce",
