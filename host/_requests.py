@@ -7,8 +7,10 @@ initial observation (the client terminates a cell it no longer wants). Terminate
 are not cancellable. `operation/yield` preempts the cell an execute or a wait observes.
 
 Reverse calls: a cell's tool call or notification becomes a `delegate/request` through the
-connection, awaited in a one-shot slot; when the cell cancels it, the connection sends
-`delegate/cancel`. A call the connection cannot send fails in the cell only.
+connection; when the cell cancels it, the connection sends `delegate/cancel`. A notification is
+awaited in a one-shot slot by its task; a tool call has no task (the runtime's rule 6 of
+`_calls`): its answer is handed to a callback. A call the connection cannot send fails in the
+cell only.
 
 Admission: every session of the connection shares one runtime `Admission` (active cells and
 pending reverse calls); requests in flight are bounded by the connection itself.
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from types import TracebackType
 from typing import TypeVar
 
@@ -37,7 +39,6 @@ from codemode import (
     NestedToolCall,
     Pending,
     RuntimeResponse,
-    StartedCell,
     Terminated,
     ToolError,
     WaitOutcome,
@@ -178,6 +179,7 @@ class Requests:
         self._sessions: dict[str, RuntimeSession] = {}
         self._active: dict[int, _Cancellable] = {}
         self._calls: dict[int, OneShot[DelegateResult]] = {}
+        self._forwards: dict[int, Callable[[DelegateResult], None]] = {}
         self._disconnected = False
 
     # ---- dispatch ------------------------------------------------------------------------
@@ -209,6 +211,10 @@ class Requests:
                 session.request_preempt(cell_id)
 
     def answered(self, call_id: int, result: DelegateResult) -> None:
+        forward = self._forwards.pop(call_id, None)
+        if forward is not None:
+            forward(result)
+            return
         slot = self._calls.get(call_id)
         if slot is not None:
             slot.set(result)
@@ -276,23 +282,19 @@ class Requests:
         session_id = request.session_id
         session = self._sessions[session_id]
         delegate = _RemoteDelegate(self, session_id)
-        observe: Callable[[], Awaitable[RuntimeResponse | Pending]]
         if isinstance(request, ExecuteToPending):
-            frontier_cell = session.start_to_pending(request.request, delegate)
-            cell_id, observe = frontier_cell.cell_id, frontier_cell.initial_response
+            cell = session.start_to_pending(request.request, delegate)
         else:
-            with operation.scope() as admission:
-                cell: StartedCell = await session.execute(request.request, delegate)
-            if admission.cancelled_caught:  # cancelled before the runtime admitted it: no cell
+            if operation.cancelled:  # cancelled before the runtime admitted it: no cell
                 self._respond(request_id, CANCELLED)
                 return
-            cell_id, observe = cell.cell_id, cell.initial_response
-            operation.observed = (session_id, cell_id)
-        self._respond(request_id, Ok(value=ExecutionStarted(cell_id=cell_id)))
+            cell = session.start(request.request, delegate)
+            operation.observed = (session_id, cell.cell_id)
+        self._respond(request_id, Ok(value=ExecutionStarted(cell_id=cell.cell_id)))
         initial: Ok[RuntimeResponse | Pending] | Err = CANCELLED
         try:
             with operation.scope():
-                initial = Ok(value=_timed(await observe(), started))
+                initial = Ok(value=_timed(await cell.initial_response(), started))
         except CodeModeError as error:
             initial = _failure(error)
         except Exception as error:
@@ -300,6 +302,10 @@ class Requests:
             initial = Err(
                 kind=ErrorKind.INTERNAL, message=f"code-mode request task failed: {error}"
             )
+        if cell.closing:
+            # Its `cell/closed` follows in a moment: answer then, and both frames leave in one
+            # write (one wake-up of the client instead of two).
+            await cell.closed.wait()
         self._connection.respond_initial(request_id, initial)
         self._flush()
 
@@ -328,6 +334,36 @@ class Requests:
                 self._connection.cancel_call(call_id)
                 self._flush()
 
+    def forward_call(
+        self,
+        session_id: str,
+        cell_id: str,
+        request: ToolInvoke,
+        on_result: Callable[[DelegateResult], None],
+    ) -> Callable[[], None]:
+        """Send a reverse call whose answer goes to `on_result` (at once if it cannot be
+        sent); returns its cancel, which sends `delegate/cancel` unless it was answered."""
+        if self._disconnected:
+            on_result(Err(kind=ErrorKind.INTERNAL, message=CLIENT_GONE))
+            return _nothing
+        try:
+            call_id = self._connection.call_client(session_id, cell_id, request)
+        except FrameTooLargeError as error:
+            on_result(Err(kind=ErrorKind.FRAME_LIMIT, message=str(error)))
+            return _nothing
+        except LocalProtocolError as error:
+            on_result(Err(kind=ErrorKind.INTERNAL, message=str(error)))
+            return _nothing
+        self._forwards[call_id] = on_result
+        self._flush()
+
+        def cancel() -> None:
+            if self._forwards.pop(call_id, None) is not None:
+                self._connection.cancel_call(call_id)
+                self._flush()
+
+        return cancel
+
     def cell_closed(self, session_id: str, cell_id: str) -> None:
         self._connection.cell_closed(session_id, cell_id)
         self._flush()
@@ -341,8 +377,12 @@ class Requests:
     def disconnect(self) -> None:
         """The client is gone: reverse calls fail, active requests are cancelled."""
         self._disconnected = True
+        gone = Err(kind=ErrorKind.INTERNAL, message=CLIENT_GONE)
         for slot in self._calls.values():
-            slot.set(Err(kind=ErrorKind.INTERNAL, message=CLIENT_GONE))
+            slot.set(gone)
+        forwards, self._forwards = self._forwards, {}
+        for forward in forwards.values():
+            forward(gone)
         for operation in self._active.values():
             operation.cancel()
 
@@ -354,6 +394,19 @@ class Requests:
         self._sessions.clear()
 
 
+def _nothing() -> None:
+    """The cancel of a call that was answered when it was sent."""
+
+
+def _tool_outcome(result: DelegateResult) -> tuple[JsonValue, str | None]:
+    """A tool call's answer from the client: (its result, None), or (None, the rejection)."""
+    if isinstance(result, Err):
+        return None, result.message
+    if not isinstance(result.value, ToolResult):
+        return None, "code-mode client returned an invalid tool result"
+    return result.value.result, None
+
+
 class _RemoteDelegate:
     """The delegate of one execute: forwards tool calls and notifications to the client."""
 
@@ -361,14 +414,27 @@ class _RemoteDelegate:
         self._requests = requests
         self._session_id = session_id
 
-    async def invoke_tool(self, call: NestedToolCall) -> JsonValue:
+    def forward_tool(
+        self, call: NestedToolCall, answer: Callable[[JsonValue, str | None], None]
+    ) -> Callable[[], None]:
+        """How the runtime calls a tool here (rule 6 of its `_calls`): no task, the answer is
+        a callback."""
+
+        def on_result(result: DelegateResult) -> None:
+            answer(*_tool_outcome(result))
+
         request = ToolInvoke(invocation=call)
-        result = await self._requests.call_client(self._session_id, call.cell_id, request)
-        if isinstance(result, Err):
-            raise ToolError(result.message)
-        if not isinstance(result.value, ToolResult):
-            raise ToolError("code-mode client returned an invalid tool result")
-        return result.value.result
+        return self._requests.forward_call(self._session_id, call.cell_id, request, on_result)
+
+    async def invoke_tool(self, call: NestedToolCall) -> JsonValue:
+        """`SessionDelegate`'s way, as a task (the runtime forwards instead)."""
+        request = ToolInvoke(invocation=call)
+        value, rejection = _tool_outcome(
+            await self._requests.call_client(self._session_id, call.cell_id, request)
+        )
+        if rejection is not None:
+            raise ToolError(rejection)
+        return value
 
     async def notify(self, call_id: str, cell_id: str, text: str) -> None:
         request = NotificationSend(call_id=call_id, cell_id=cell_id, text=text)

@@ -69,6 +69,17 @@ class CallbackGroup:
             if not self._scopes:
                 self._idle.set()
 
+    @property
+    def idle(self) -> bool:
+        """No task of the group runs (`wait_idle()` would only checkpoint)."""
+        return not self._scopes
+
+    @property
+    def all_running(self) -> bool:
+        """Every task started so far has begun running (`all_started()` would only
+        checkpoint)."""
+        return not self._unstarted
+
     def cancel(self, reason: str) -> None:
         """Cancel every task of the group (a task not yet started is cancelled on start)."""
         for scope in self._scopes:

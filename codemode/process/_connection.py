@@ -32,7 +32,7 @@ from typing import Any
 import trio
 
 from .._api import AdmissionLimits, CellLimits, ExecuteRequest, SessionDelegate
-from .._trio import CLEANUP_GRACE, FrameWriter, OneShot, open_service_nursery
+from .._trio import CLEANUP_GRACE, ChunkReader, FrameWriter, OneShot, open_service_nursery
 from ..errors import HostLostError
 from ..protocol import (
     CAPABILITIES,
@@ -246,9 +246,10 @@ class HostLink:
         self._lost(f"failed to write code-mode host message: {error}", error)
 
     async def _read(self, stdout: trio.abc.ReceiveStream) -> None:
+        reader = ChunkReader(stdout, READ_CHUNK)
         try:
             while True:
-                data = await stdout.receive_some(READ_CHUNK)
+                data = await reader.receive_some()
                 self._connection.receive_data(data)
                 self._pump()
                 if not data:
@@ -320,6 +321,14 @@ class HostLink:
             # The reader names the cause once the process has exited (rule 2).
             raise HostLostError(self._transport.closed_text)
 
+    async def _checked(self) -> None:
+        """`_check`, but a host that closed its end is given the time to exit, so that the
+        error names its exit status (rule 2), as the reader will, and not only the closing."""
+        if self.failure is None and not self._connection.is_open:
+            with trio.move_on_after(CLOSE_TIMEOUT):
+                await self._ended.wait()
+        self._check()
+
     async def _await(self, request_id: int, session_id: str) -> HostResult:
         result: HostResult = await self._answer_of(self._answers, request_id, session_id)
         return result
@@ -345,7 +354,7 @@ class HostLink:
     async def open_session(
         self, session_id: str, limits: CellLimits | None, *, store_load: bool = True
     ) -> HostResult:
-        self._check()
+        await self._checked()
         request_id = self._connection.open_session(session_id, limits, store_load=store_load)
         return await self._await(request_id, session_id)
 
@@ -365,7 +374,7 @@ class HostLink:
         Raises:
             FrameTooLargeError: the request does not fit in a frame (nothing was sent).
         """
-        self._check()
+        await self._checked()
         request_id = self._connection.execute(session_id, request, to_pending=to_pending)
         self._executes[request_id] = _Execute(session_id, delegate, public_id)
         return await self._await(request_id, session_id), request_id
@@ -384,7 +393,7 @@ class HostLink:
             orphaned = self._connection.held_initials().get(request_id)  # it arrived first
         if orphaned is not None:
             return orphaned
-        self._check()
+        await self._checked()
         self._connection.take_initial(request_id)
         result: InitialResult = await self._answer_of(self._initials, request_id, session_id)
         return result
@@ -402,7 +411,7 @@ class HostLink:
 
     async def wait(self, session_id: str, cell_id: str, yield_time_ms: int | None) -> HostResult:
         """Observe a cell (`yield_time_ms` None: to its pending frontier)."""
-        self._check()
+        await self._checked()
         return await self._await(
             self._connection.wait(session_id, cell_id, yield_time_ms), session_id
         )
@@ -413,16 +422,16 @@ class HostLink:
         self._pump()
 
     async def terminate(self, session_id: str, cell_id: str) -> HostResult:
-        self._check()
+        await self._checked()
         return await self._await(self._connection.terminate(session_id, cell_id), session_id)
 
     async def shutdown_session(self, session_id: str) -> HostResult:
-        self._check()
+        await self._checked()
         return await self._await(self._connection.shutdown_session(session_id), session_id)
 
     async def cells(self, session_id: str) -> HostResult:
         """The session's live cells (`session/cells`), with the host's cell ids."""
-        self._check()
+        await self._checked()
         return await self._await(self._connection.cells(session_id), session_id)
 
     def cells_of(self, session_id: str) -> list[ClientCell]:

@@ -84,6 +84,9 @@ class ClientCells:
         cell = self._live.pop(key, None)
         if cell is None:
             return
+        if cell.calls.idle:
+            self._closed(cell)  # nothing to wait for: no task (the common case)
+            return
         cell.calls.cancel("the cell closed")
         self._closing[key] = cell
         assert self._nursery is not None
@@ -100,12 +103,15 @@ class ClientCells:
     async def _finish(self, key: Key, cell: ClientCell) -> None:
         with trio.move_on_after(CLEANUP_GRACE):
             await cell.calls.wait_idle()
+        del self._closing[key]
+        self._closed(cell)
+
+    def _closed(self, cell: ClientCell) -> None:
         try:
             cell.delegate.cell_closed(cell.public_id)
         except Exception:
             logger.exception("cell_closed(%r) raised", cell.public_id)
         finally:
-            del self._closing[key]
             cell.closed.set()
 
     def of_session(self, session_id: str) -> list[ClientCell]:
@@ -122,8 +128,8 @@ class ClientCells:
         """Wait until the cell's calls returned (or, with `closed`, until its `cell_closed`
         ran), for at most `bound` seconds; shielded (its caller already holds an answer)."""
         cell = self._live.get(key) or self._closing.get(key)
-        if cell is None:
-            return
+        if cell is None or (cell.closed.is_set() if closed else cell.calls.idle):
+            return  # nothing to wait for: no scopes, no pass of the scheduler
         with trio.CancelScope(shield=True), trio.move_on_after(bound):
             if closed:
                 await cell.closed.wait()
@@ -134,7 +140,7 @@ class ClientCells:
         """Wait until every call received for the cell reached its delegate (rule 4), for at
         most `bound` seconds; shielded (its caller already holds an answer)."""
         cell = self._live.get(key)
-        if cell is None:
+        if cell is None or cell.calls.all_running:
             return
         with trio.CancelScope(shield=True), trio.move_on_after(bound):
             await cell.calls.all_started()

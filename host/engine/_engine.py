@@ -95,10 +95,12 @@ class EngineCell:
 
     async def next_events(self) -> list[CellEvent]:
         """Wait until the cell has published something; return everything it has published."""
-        # A checkpoint even when events are waiting: a cell that floods events (an output
-        # loop) must not keep its observers from running.
-        await trio.lowlevel.checkpoint()
+        if self._pending:
+            # A checkpoint even when events are waiting: a cell that floods events (an output
+            # loop) must not keep its observers from running.
+            await trio.lowlevel.checkpoint()
         while not self._pending:
+            # Waiting is the checkpoint: one more after it would cost every batch a pass.
             self._wakeup = trio.Event()
             await self._wakeup.wait()
             self._wakeup = None

@@ -20,6 +20,12 @@ Rules:
    it until its task ends (or it is dropped unstarted). A tool call past the bound is rejected
    at once with `code-mode host has too many pending delegate calls` and never reaches the
    delegate; a notification past it is logged and dropped.
+6. A delegate that is a `ToolForwarder` (the host's, which only sends the call over the wire)
+   gets its tool calls without a task: `forward_tool` sends the call and returns how to cancel
+   it; its answer comes back through a callback. Such a call has started once it is forwarded
+   (rule 4), and is over once cancelled (nothing to wait for); rules 2, 3 and 5 hold alike.
+   (A task per call, its cancel scope and its two passes of the scheduler were a third of the
+   host's work per nested tool call.)
 """
 
 from __future__ import annotations
@@ -27,12 +33,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from functools import partial
+from typing import Protocol, cast
 
 import msgspec
 import trio
 from codemode_host.engine import EngineCell, EngineClosedError, ToolCallRequested
 
-from codemode import ExecuteRequest, NestedToolCall, SessionDelegate, ToolError
+from codemode import ExecuteRequest, JsonValue, NestedToolCall, SessionDelegate, ToolError
 from codemode._trio import CLEANUP_GRACE, CallbackGroup
 from codemode.errors import TOO_MANY_CALLS, tool_failure_message
 
@@ -42,6 +49,22 @@ logger = logging.getLogger("codemode.runtime")
 
 _encode_json = msgspec.json.Encoder().encode
 _decode_json = msgspec.json.Decoder().decode
+
+ToolAnswer = Callable[[JsonValue, "str | None"], None]
+"""A forwarded call's outcome: (result, None) resolves its promise, (None, text) rejects it."""
+
+
+class ToolForwarder(Protocol):
+    """A delegate that sends tool calls on instead of running them (rule 6)."""
+
+    def forward_tool(self, call: NestedToolCall, answer: ToolAnswer) -> Callable[[], None]:
+        """Send `call` on; `answer` runs once with its outcome (possibly before this returns),
+        unless the returned cancel ran first."""
+        ...
+
+
+def _not_yet() -> None:
+    """The cancel of a forwarded call while it is being sent (its own is not known yet)."""
 
 
 class CellCalls:
@@ -80,6 +103,9 @@ class CellCalls:
         self.pending_tools = 0
         """Tool calls made and not answered yet (held ones included)."""
         self._tools = CallbackGroup(nursery)
+        forwards = callable(getattr(delegate, "forward_tool", None))
+        self._forwarder = cast(ToolForwarder, delegate) if forwards else None
+        self._forwarded: dict[int, Callable[[], None]] = {}  # call id -> its cancel (rule 6)
         self._notifications = CallbackGroup(nursery)
         self._held: list[tuple[Callable[[], object], bool]] = []  # (start, is a tool call)
         self._released = trio.Event()
@@ -101,7 +127,12 @@ class CellCalls:
             input=None if event.input_json is None else _decode_json(event.input_json),
         )
         self.pending_tools += 1
-        self._start(lambda: self._tools.start(self._invoke_tool, event.call_id, call), hold, True)
+        if self._forwarder is not None:
+            self._start(lambda: self._forward_tool(event.call_id, call), hold, True)
+        else:
+            self._start(
+                lambda: self._tools.start(self._invoke_tool, event.call_id, call), hold, True
+            )
         return True
 
     async def all_started(self) -> None:
@@ -138,12 +169,21 @@ class CellCalls:
     async def deliver_notifications(self) -> None:
         """Wait until every notification made so far was delivered (or cancelled): the held
         ones start when their observer answered, which it is about to do."""
+        if not self._held and self._notifications.idle:
+            return  # the common case, without a pass of the scheduler (the cell's end waits)
         while self._held:
             await self._released.wait()
         await self._notifications.wait_idle()
 
     def cancel_tools(self, reason: str) -> None:
         self._tools.cancel(reason)
+        self._cancel_forwarded()
+
+    def _cancel_forwarded(self) -> None:
+        forwarded, self._forwarded = self._forwarded, {}
+        for cancel in forwarded.values():
+            cancel()
+            self._tool_ended()
 
     def cancel(self, reason: str) -> None:
         """Cancel every call; held calls are dropped (the cell ends without them)."""
@@ -154,21 +194,51 @@ class CellCalls:
         self._released.set()
         self._notifications.cancel(reason)
         self._tools.cancel(reason)
+        self._cancel_forwarded()
 
     async def wait_idle(self) -> None:
         """Wait until every call returned, for at most `CLEANUP_GRACE` (DESIGN section 4)."""
+        if self._notifications.idle and self._tools.idle:
+            return  # the common case, without a scope or a pass of the scheduler
         with trio.move_on_after(CLEANUP_GRACE):
             await self._notifications.wait_idle()
             await self._tools.wait_idle()
 
     # ---- running -----------------------------------------------------------------------
 
+    def _tool_ended(self) -> None:
+        self._admission.release_call()
+        self.pending_tools -= 1
+
+    def _forward_tool(self, call_id: int, call: NestedToolCall) -> None:
+        assert self._forwarder is not None
+        self._forwarded[call_id] = _not_yet
+        answer = partial(self._forwarded_answer, call_id, call.tool_name.name)
+        cancel = self._forwarder.forward_tool(call, answer)
+        if call_id in self._forwarded:  # not answered at once
+            self._forwarded[call_id] = cancel
+
+    def _forwarded_answer(
+        self, call_id: int, tool_name: str, result: JsonValue, rejection: str | None
+    ) -> None:
+        if self._forwarded.pop(call_id, None) is None:
+            return  # cancelled first: a late answer is dropped
+        self._tool_ended()
+        if rejection is not None:
+            self._answer(call_id, rejection=rejection)
+            return
+        try:
+            payload = _encode_json(result)
+        except (TypeError, ValueError, OverflowError) as error:
+            self._answer(call_id, rejection=tool_failure_message(tool_name, error))
+            return
+        self._answer(call_id, result_json=payload)
+
     async def _invoke_tool(self, call_id: int, call: NestedToolCall) -> None:
         try:
             await self._run_tool(call_id, call)
         finally:
-            self._admission.release_call()
-            self.pending_tools -= 1
+            self._tool_ended()
 
     async def _run_tool(self, call_id: int, call: NestedToolCall) -> None:
         try:

@@ -145,6 +145,7 @@ class RuntimeCell:
             submit=self._frontier.submit,
             admission=admission,
         )
+        self._nursery = nursery
         self._timers: dict[int, trio.CancelScope] = {}
         self._js_running = True
         self._output = CellOutput(cell_id, engine_cell, max_response_bytes)
@@ -161,6 +162,12 @@ class RuntimeCell:
     def cpu_time_ms(self) -> float:
         """CPU time the cell's JavaScript used, as of the end of its last turn."""
         return self._cpu_time_ms
+
+    @property
+    def closing(self) -> bool:
+        """Its end was taken (claimed, or terminated): the cell task closes it next, without
+        waiting for anything (`closed` is set a pass of the scheduler later)."""
+        return self.lifecycle in (Lifecycle.CLAIMED, Lifecycle.TERMINATED)
 
     @property
     def held_commands(self) -> int:
@@ -381,28 +388,35 @@ class RuntimeCell:
             self._close()
 
     async def _run_javascript(self) -> Finished:
-        async with trio.open_nursery() as timers:
-            try:
-                with self._js_wait:
-                    while True:
-                        events = await self._engine_cell.next_events()
-                        now = trio.current_time()
-                        for event in events:
-                            if isinstance(event, Finished):
-                                return event
-                            self._handle(event, now, timers)
-                logger.warning(
-                    "exec cell %s did not stop within %.1f s of its termination (a native call"
-                    " that does not poll interrupts): its turn is abandoned",
-                    self.cell_id,
-                    ABANDON_AFTER,
-                )
-                return Finished(Outcome.INTERRUPTED, None)
-            finally:
-                self._js_running = False
-                timers.cancel_scope.cancel()
+        try:
+            with self._js_wait:
+                while True:
+                    events = await self._engine_cell.next_events()
+                    now = trio.current_time()
+                    for event in events:
+                        if isinstance(event, Finished):
+                            return event
+                        self._handle(event, now)
+            logger.warning(
+                "exec cell %s did not stop within %.1f s of its termination (a native call"
+                " that does not poll interrupts): its turn is abandoned",
+                self.cell_id,
+                ABANDON_AFTER,
+            )
+            return Finished(Outcome.INTERRUPTED, None)
+        finally:
+            self._js_running = False
+            self._cancel_timers()
 
-    def _handle(self, event: CellEvent, now: float, timers: trio.Nursery) -> None:
+    def _cancel_timers(self) -> None:
+        """The JavaScript ended: its timers never fire. (They run in the session's nursery,
+        each in its own scope, rather than in a nursery of the cell's: a nursery per cell cost
+        every cell a pass of the scheduler.)"""
+        for scope in self._timers.values():
+            scope.cancel()
+        self._timers.clear()
+
+    def _handle(self, event: CellEvent, now: float) -> None:
         observer = self._observer
         if observer is not None and observer.boundary is None and observer.expired(now):
             # The window ended before this event: the observation yields without it.
@@ -429,7 +443,7 @@ class RuntimeCell:
             case TimerStarted(timer_id=timer_id, delay_ms=delay_ms):
                 scope = trio.CancelScope()
                 self._timers[timer_id] = scope
-                timers.start_soon(self._run_timer, timer_id, delay_ms, scope)
+                self._nursery.start_soon(self._run_timer, timer_id, delay_ms, scope)
             case TimerCleared(timer_id=timer_id):
                 cleared = self._timers.pop(timer_id, None)
                 if cleared is not None:

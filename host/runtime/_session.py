@@ -99,9 +99,8 @@ class RuntimeSession:
         Raises:
             SessionShuttingDownError: shutdown has begun.
         """
-        StartedCell._release_dropped(self._dropped)  # keeps the deque short between waits
         await trio.lowlevel.checkpoint()
-        cell = self._start(request, delegate, frontier=False)
+        cell = self.start(request, delegate)
 
         async def initial_response() -> RuntimeResponse:
             response = await cell.initial_response()
@@ -134,6 +133,17 @@ class RuntimeSession:
         await trio.lowlevel.cancel_shielded_checkpoint()  # the response is taken: no cancel
         assert not isinstance(response, Yielded), "a frontier observer never yields"
         return response
+
+    def start(self, request: ExecuteRequest, delegate: SessionDelegate) -> RuntimeCell:
+        """Admit and start a cell whose initial observation the caller awaits itself
+        (`initial_response()`, at once): `execute` without its checkpoint and without a
+        `StartedCell`, for the host, whose request is a fresh task.
+
+        Raises:
+            SessionShuttingDownError: shutdown has begun.
+        """
+        StartedCell._release_dropped(self._dropped)  # keeps the deque short between waits
+        return self._start(request, delegate, frontier=False)
 
     def start_to_pending(self, request: ExecuteRequest, delegate: SessionDelegate) -> RuntimeCell:
         """Admit a cell whose initial observation runs to its pending frontier; the host awaits
