@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -66,7 +67,7 @@ from codemode.protocol import (
 )
 from tests.delegates import RecordingDelegate
 from tests.frames import receive_message
-from tests.sessions import run, texts, tool
+from tests.sessions import LONG_MS, run, texts, tool
 
 HELLO = Hello(supported_versions=[1])
 
@@ -319,6 +320,52 @@ async def test_termination_cancels_a_reverse_call_and_ignores_its_late_answer() 
         await client.send(DelegateResponse(id=call.id, result=Ok(value=ToolResult(result=1))))
         shutdown = await client.request(4, ShutdownSession(session_id="s"))
         assert shutdown.result == Ok(value=SessionClosed(session_id="s"))
+
+
+async def test_each_tool_answer_settles_its_own_call() -> None:
+    # The host forwards tool calls without a task (runtime rule 6 of `_calls`): an error
+    # answer rejects the promise with its text, an answer of the wrong kind with the host's own
+    # text, a result resolves it, and a call too large for a frame fails alone.
+    source = """
+        const seen = [];
+        for (const input of [1, 2, 3, "x".repeat(MAX)]) {
+            try { seen.push(await tools.t({input})); } catch (e) { seen.push(String(e)); }
+        }
+        text(JSON.stringify(seen));
+    """.replace("MAX", str(MAX_FRAME_BYTES))
+    request = ExecuteRequest(
+        tool_call_id="c", source=source, enabled_tools=[tool("t")], yield_time_ms=LONG_MS
+    )
+    answers: dict[int, Ok[ToolResult] | Ok[NotificationDelivered] | Err] = {
+        1: Err(kind=ErrorKind.TOOL, message="no such thing"),
+        2: Ok(value=NotificationDelivered()),
+        3: Ok(value=ToolResult(result={"ok": 3})),
+    }
+    with trio.fail_after(60):
+        async with raw_host() as client:
+            await handshake(client)
+            await client.request(1, OpenSession(session_id="s"))
+            execute = Execute(session_id="s", request=request)
+            await client.send(OperationRequest(id=2, request=execute))
+            while not isinstance(frame := await client.receive(), InitialResponse):
+                if isinstance(frame, DelegateRequest):
+                    assert isinstance(frame.request, ToolInvoke)
+                    answer = answers[frame.request.invocation.input["input"]]  # type: ignore[index,call-overload]
+                    await client.send(DelegateResponse(id=frame.id, result=answer))
+            assert isinstance(frame.result, Ok)
+            assert isinstance(frame.result.value, Completed)
+            (item,) = frame.result.value.content_items
+            assert isinstance(item, InputText)
+            seen = json.loads(item.text)
+            assert seen[:3] == [
+                "no such thing",
+                "code-mode client returned an invalid tool result",
+                {"ok": 3},
+            ]
+            assert seen[3].startswith("code-mode IPC frame length"), seen[3]
+            assert await client.receive() == CellClosed(session_id="s", cell_id="1")
+            shutdown = await client.request(3, ShutdownSession(session_id="s"))
+            assert shutdown.result == Ok(value=SessionClosed(session_id="s"))
 
 
 async def test_cell_closed_is_never_sent_before_the_initial_response() -> None:
