@@ -336,7 +336,7 @@ async def test_each_tool_answer_settles_its_own_call() -> None:
     request = ExecuteRequest(
         tool_call_id="c", source=source, enabled_tools=[tool("t")], yield_time_ms=LONG_MS
     )
-    answers: dict[int, Ok[ToolResult] | Ok[NotificationDelivered] | Err] = {
+    answers: dict[object, Ok[ToolResult | NotificationDelivered] | Err] = {
         1: Err(kind=ErrorKind.TOOL, message="no such thing"),
         2: Ok(value=NotificationDelivered()),
         3: Ok(value=ToolResult(result={"ok": 3})),
@@ -350,7 +350,9 @@ async def test_each_tool_answer_settles_its_own_call() -> None:
             while not isinstance(frame := await client.receive(), InitialResponse):
                 if isinstance(frame, DelegateRequest):
                     assert isinstance(frame.request, ToolInvoke)
-                    answer = answers[frame.request.invocation.input["input"]]  # type: ignore[index,call-overload]
+                    call_input = frame.request.invocation.input
+                    assert isinstance(call_input, dict)
+                    answer = answers[call_input["input"]]
                     await client.send(DelegateResponse(id=frame.id, result=answer))
             assert isinstance(frame.result, Ok)
             assert isinstance(frame.result.value, Completed)
