@@ -4,12 +4,14 @@ through the stream itself (anything else); trio's errors at the end."""
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 import trio
 import trio.testing
 
 from codemode._trio import ChunkReader
+from codemode._trio._reader import SMALL_READ
 
 
 def pipe() -> tuple[trio.lowlevel.FdStream, trio.lowlevel.FdStream]:
@@ -101,3 +103,23 @@ async def test_other_streams_are_read_through_their_own_receive_some() -> None:
     with trio.fail_after(10):
         await send.send_all(b"in memory")
         assert await reader.receive_some() == b"in memory"
+
+
+async def test_reads_stay_small_until_one_fills_its_size() -> None:
+    # Rule 3: a frame of a few hundred bytes must not cost a megabyte's allocation.
+    left, right = trio.socket.socketpair()
+    left.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    right.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    receive, send = trio.SocketStream(left), trio.SocketStream(right)
+    reader = ChunkReader(receive, 1 << 20)
+    payload = b"x" * (512 << 10)
+    with trio.fail_after(10):
+        async with receive, send:
+            await send.send_all(b"small")
+            assert await reader.receive_some() == b"small"
+            await send.send_all(payload)
+            sizes: list[int] = []
+            while sum(sizes) < len(payload):
+                sizes.append(len(await reader.receive_some()))
+    assert sizes[0] == SMALL_READ
+    assert max(sizes) > SMALL_READ

@@ -15,6 +15,10 @@ Rules:
 1. The descriptor is looked up before every wait: a stream closed meanwhile raises
    `trio.ClosedResourceError`, never a read of a descriptor number reused since.
 2. Errors are trio's: a failed read is `trio.BrokenResourceError`; end of input is `b""`.
+3. A read asks for `SMALL_READ` bytes, and for `max_bytes` only after a read that filled its
+   size (a large frame is arriving). `os.read` allocates the size it asks for, and glibc maps
+   and unmaps a megabyte at each call: two system calls, and an unmap that interrupts the
+   other cores, for every frame of a few hundred bytes.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ import os
 from collections.abc import Callable
 
 import trio
+
+SMALL_READ = 64 << 10
+"""Bytes a read asks for while frames are small (rule 3): below glibc's mmap threshold."""
 
 
 class ChunkReader:
@@ -38,6 +45,7 @@ class ChunkReader:
     def __init__(self, stream: trio.abc.ReceiveStream, max_bytes: int) -> None:
         self._stream = stream
         self._max_bytes = max_bytes
+        self._size = min(SMALL_READ, max_bytes)
 
     async def receive_some(self) -> bytes | bytearray:
         """What arrived next (at least one byte), or `b""` at the end of input."""
@@ -54,11 +62,15 @@ class ChunkReader:
             if fd < 0:
                 raise trio.ClosedResourceError("the stream was closed")  # rule 1
             await trio.lowlevel.wait_readable(fd)
+            size = self._size
             try:
-                return os.read(fd, self._max_bytes)
+                data = os.read(fd, size)
             except BlockingIOError:
                 continue  # woken without data (another reader of a shared descriptor)
             except OSError as error:
                 if error.errno == errno.EBADF:
                     raise trio.ClosedResourceError("the stream was closed") from None
                 raise trio.BrokenResourceError(error) from error
+            # Rule 3: a full read means more is coming.
+            self._size = self._max_bytes if len(data) == size else min(SMALL_READ, self._max_bytes)
+            return data
