@@ -315,14 +315,9 @@ class Requests:
         self, session_id: str, cell_id: str, request: ToolInvoke | NotificationSend
     ) -> DelegateResult:
         """Send a reverse call and await its answer (cancellation sends `delegate/cancel`)."""
-        if self._disconnected:
-            return Err(kind=ErrorKind.INTERNAL, message=CLIENT_GONE)
-        try:
-            call_id = self._connection.call_client(session_id, cell_id, request)
-        except FrameTooLargeError as error:
-            return Err(kind=ErrorKind.FRAME_LIMIT, message=str(error))
-        except LocalProtocolError as error:
-            return Err(kind=ErrorKind.INTERNAL, message=str(error))
+        call_id = self._send_call(session_id, cell_id, request)
+        if isinstance(call_id, Err):
+            return call_id
         slot: OneShot[DelegateResult] = OneShot()
         self._calls[call_id] = slot
         self._flush()
@@ -334,6 +329,19 @@ class Requests:
                 self._connection.cancel_call(call_id)
                 self._flush()
 
+    def _send_call(
+        self, session_id: str, cell_id: str, request: ToolInvoke | NotificationSend
+    ) -> int | Err:
+        """Queue a reverse call: its id, or the error that fails it at once."""
+        if self._disconnected:
+            return Err(kind=ErrorKind.INTERNAL, message=CLIENT_GONE)
+        try:
+            return self._connection.call_client(session_id, cell_id, request)
+        except FrameTooLargeError as error:
+            return Err(kind=ErrorKind.FRAME_LIMIT, message=str(error))
+        except LocalProtocolError as error:
+            return Err(kind=ErrorKind.INTERNAL, message=str(error))
+
     def forward_call(
         self,
         session_id: str,
@@ -343,16 +351,9 @@ class Requests:
     ) -> Callable[[], None]:
         """Send a reverse call whose answer goes to `on_result` (at once if it cannot be
         sent); returns its cancel, which sends `delegate/cancel` unless it was answered."""
-        if self._disconnected:
-            on_result(Err(kind=ErrorKind.INTERNAL, message=CLIENT_GONE))
-            return _nothing
-        try:
-            call_id = self._connection.call_client(session_id, cell_id, request)
-        except FrameTooLargeError as error:
-            on_result(Err(kind=ErrorKind.FRAME_LIMIT, message=str(error)))
-            return _nothing
-        except LocalProtocolError as error:
-            on_result(Err(kind=ErrorKind.INTERNAL, message=str(error)))
+        call_id = self._send_call(session_id, cell_id, request)
+        if isinstance(call_id, Err):
+            on_result(call_id)
             return _nothing
         self._forwards[call_id] = on_result
         self._flush()

@@ -608,3 +608,40 @@ async def test_closing_the_last_finished_cell_starts_the_trim() -> None:
             for cell in cells:
                 cell.close()
             assert await engine.wait_trimmed(trims) > trims
+
+
+async def test_a_handler_gets_every_event_in_order_and_finished_is_returned() -> None:
+    async with open_engine() as engine:
+        with trio.fail_after(30):
+            texts: list[str] = []
+
+            def handle(event: CellEvent) -> None:
+                if isinstance(event, TextOutput):
+                    texts.append(event.text)
+
+            source = "for (let i = 0; i < 50; i++) { text(String(i)); await null; }"
+            with engine.start_cell(source) as cell:
+                finished = await cell.handle_until_finished(handle)
+    assert finished.outcome is Outcome.OK
+    assert texts == [str(i) for i in range(50)]
+
+
+async def test_a_failing_handler_fails_its_own_cell_task_only() -> None:
+    # The handler runs in the collector's task, which serves every cell: its exception is
+    # raised where the cell's events are awaited, and the other cells go on.
+    async with open_engine() as engine:
+        with trio.fail_after(30):
+
+            def broken(event: CellEvent) -> None:
+                text = event.text if isinstance(event, TextOutput) else None
+                if text is not None:
+                    raise LookupError(f"cannot handle {text}")
+
+            source = 'await null; text("boom"); await new Promise(() => {})'
+            with (
+                engine.start_cell(source) as cell,
+                pytest.raises(LookupError, match="cannot handle boom"),
+            ):
+                await cell.handle_until_finished(broken)
+            run = await run_cell(engine, 'text("still served")')
+    assert run.texts == ["still served"]

@@ -2,9 +2,15 @@
 
 `open_engine()` starts the extension's worker threads and a single trio task that waits on the
 extension's eventfd, drains the events of all cells in one batch and hands each cell its own.
-A cell task then loops on `await cell.next_events()` and answers with the non-blocking
+A cell task then loops on `await cell.next_events()`, or hands its events to a handler with
+`await cell.handle_until_finished(handle)`, and answers with the non-blocking
 `settle_tool_call`, `reject_tool_call`, `fire_timer` and `interrupt` (DESIGN section 2,
 "Engine threads"): no thread hand-off per JavaScript turn.
+
+`handle_until_finished` runs the handler in the collector's task while the cell task waits,
+so that an event costs no pass of the scheduler to reach the cell (a tool call leaves for its
+delegate in the step that drained it); only `Finished` wakes the cell task. An exception of
+the handler is raised in the cell task, never in the collector, which serves every cell.
 
 Resource handling: each `EngineCell` owns a QuickJS runtime until `close()` (or the end of a
 `with` block); `open_engine` closes the engine on exit, which interrupts every cell still
@@ -14,7 +20,7 @@ running and joins the worker threads, shielded from cancellation.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
@@ -26,7 +32,7 @@ import trio
 from codemode._trio import open_service_nursery
 
 from .. import _quickjs
-from ._events import CellEvent, decode_event
+from ._events import CellEvent, Finished, decode_event
 
 EngineClosedError = _quickjs.EngineClosedError
 MAX_STACK_LIMIT = _quickjs.MAX_STACK_LIMIT
@@ -81,6 +87,8 @@ class EngineCell:
         self._engine = engine
         self._pending: list[CellEvent] = []
         self._wakeup: trio.Event | None = None
+        self._handle: Callable[[CellEvent], None] | None = None
+        self._failure: Exception | None = None
         key = native.key
         assert key is not None, "a fresh cell always has its key"
         self.key: int = key
@@ -89,9 +97,39 @@ class EngineCell:
         `Idle` event whose `commands_taken` equals it reports a quiescent cell."""
 
     def _deliver(self, event: CellEvent) -> None:
+        handle = self._handle
+        if handle is not None and not isinstance(event, Finished):
+            try:
+                handle(event)
+            except Exception as error:
+                self._failure = error  # raised by the cell task (its handler stops here)
+                self._handle = None
+            else:
+                return
         self._pending.append(event)
         if self._wakeup is not None:
             self._wakeup.set()
+
+    async def handle_until_finished(self, handle: Callable[[CellEvent], None]) -> Finished:
+        """Hand every event to `handle` (in the collector's task while this one waits) until
+        `Finished`, which is returned; an exception of `handle` is raised here."""
+        while True:
+            for index, event in enumerate(events := await self.next_events()):
+                if isinstance(event, Finished):
+                    self._pending[:0] = events[index + 1 :]  # nothing follows it; kept anyway
+                    return event
+                handle(event)
+            self._handle = handle  # the events that come while this task waits
+            try:
+                while not self._pending:
+                    self._wakeup = trio.Event()
+                    await self._wakeup.wait()
+                    self._wakeup = None
+            finally:
+                self._handle = None
+            if self._failure is not None:
+                failure, self._failure = self._failure, None
+                raise failure
 
     async def next_events(self) -> list[CellEvent]:
         """Wait until the cell has published something; return everything it has published."""

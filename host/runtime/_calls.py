@@ -50,7 +50,7 @@ logger = logging.getLogger("codemode.runtime")
 _encode_json = msgspec.json.Encoder().encode
 _decode_json = msgspec.json.Decoder().decode
 
-ToolAnswer = Callable[[JsonValue, "str | None"], None]
+ToolAnswer = Callable[[JsonValue, str | None], None]
 """A forwarded call's outcome: (result, None) resolves its promise, (None, text) rejects it."""
 
 

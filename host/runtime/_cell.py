@@ -390,13 +390,7 @@ class RuntimeCell:
     async def _run_javascript(self) -> Finished:
         try:
             with self._js_wait:
-                while True:
-                    events = await self._engine_cell.next_events()
-                    now = trio.current_time()
-                    for event in events:
-                        if isinstance(event, Finished):
-                            return event
-                        self._handle(event, now)
+                return await self._engine_cell.handle_until_finished(self._handle_now)
             logger.warning(
                 "exec cell %s did not stop within %.1f s of its termination (a native call"
                 " that does not poll interrupts): its turn is abandoned",
@@ -415,6 +409,9 @@ class RuntimeCell:
         for scope in self._timers.values():
             scope.cancel()
         self._timers.clear()
+
+    def _handle_now(self, event: CellEvent) -> None:
+        self._handle(event, trio.current_time())
 
     def _handle(self, event: CellEvent, now: float) -> None:
         observer = self._observer
