@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -29,6 +30,7 @@ from codemode import (
     WaitRequest,
     Yielded,
 )
+from codemode.process._host_process import PIPE_BYTES, spawn_host
 from codemode.protocol import (
     LIMITS_CAPABILITY,
     MAX_FRAME_BYTES,
@@ -70,6 +72,7 @@ from tests.frames import receive_message
 from tests.sessions import LONG_MS, run, texts, tool
 
 HELLO = Hello(supported_versions=[1])
+PIPE_MAX_SIZE = Path("/proc/sys/fs/pipe-max-size")
 
 
 class RawClient:
@@ -601,3 +604,22 @@ async def test_a_host_stuck_in_shutdown_is_killed_after_the_shutdown_timeout() -
             await run(session, delegate, "await new Promise(() => {})", yield_time_ms=0)
     # The kill failed the session's shutdown, and its live cell was closed all the same.
     assert delegate.closed == ["1"]
+
+
+async def test_the_host_pipes_have_a_megabyte_of_room() -> None:
+    # A 16 MiB tool result crosses in 16 writes and wake-ups instead of 256.
+    limit = int(PIPE_MAX_SIZE.read_text())  # noqa: ASYNC240 - a tiny /proc file
+    if limit < PIPE_BYTES:
+        pytest.skip(f"this system caps pipes at {limit} bytes")
+    with trio.fail_after(30):
+        process = await spawn_host([sys.executable, "-c", "import sys; sys.stdin.read()"])
+        assert process.stdin is not None
+        assert process.stdout is not None
+        for pipe in (process.stdin, process.stdout):
+            assert isinstance(pipe, trio.lowlevel.FdStream)
+            assert fcntl.fcntl(pipe.fileno(), fcntl.F_GETPIPE_SZ) == PIPE_BYTES
+        await process.stdin.aclose()
+        assert await process.wait() == 0
+        await process.stdout.aclose()
+        assert process.stderr is not None
+        await process.stderr.aclose()

@@ -1,6 +1,7 @@
 """Starting the host program: its command line, the child process, and its stderr.
 
-The child gets piped stdin, stdout and stderr and its own session (so terminal signals to the
+The child gets piped stdin, stdout and stderr (stdin and stdout with a megabyte of room each,
+where the system allows) and its own session (so terminal signals to the
 application's process group do not reach it). Its stderr is read from the moment it is spawned
 (a host that writes more than a pipe's worth before the handshake must not block): each line is
 logged to the `codemode.host` logger, and the last lines are kept so that a host that fails to
@@ -11,6 +12,8 @@ process's pipes, its supervision, and its reaping.
 from __future__ import annotations
 
 import collections
+import contextlib
+import fcntl
 import logging
 import os
 import subprocess
@@ -26,6 +29,8 @@ logger = logging.getLogger("codemode.host")
 
 PARENT_VARIABLE = "CODEMODE_HOST_PARENT"
 TAIL_LINES = 20
+PIPE_BYTES = 1 << 20
+"""Room of the host's stdin and stdout pipes (Linux's default limit for an unprivileged user)."""
 TAIL_LINE_CHARS = 500
 
 
@@ -41,7 +46,7 @@ async def spawn_host(command: Sequence[str]) -> trio.Process:
         HostLostError: `failed to spawn code-mode host <program>: <os error>`.
     """
     try:
-        return await trio.lowlevel.open_process(
+        process = await trio.lowlevel.open_process(
             list(command),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -52,6 +57,17 @@ async def spawn_host(command: Sequence[str]) -> trio.Process:
         )
     except OSError as error:
         raise HostLostError(f"failed to spawn code-mode host {command[0]}: {error}") from error
+    for pipe in (process.stdin, process.stdout):
+        assert isinstance(pipe, trio.lowlevel.FdStream)
+        _enlarge(pipe.fileno())
+    return process
+
+
+def _enlarge(fd: int) -> None:
+    """Give a pipe `PIPE_BYTES` of room (best effort): a 16 MiB tool result then crosses in 16
+    writes and wake-ups instead of 256."""
+    with contextlib.suppress(OSError, AttributeError):  # no F_SETPIPE_SZ: not Linux
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
 
 
 class StderrTail:
