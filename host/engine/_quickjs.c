@@ -1815,6 +1815,24 @@ static PyObject *Engine_wait_trimmed(EngineObject *self, PyObject *args)
     return PyLong_FromLongLong(trims);
 }
 
+/* trim(): gives freed memory back to the system now, as rule 10 does (blocks without the GIL).
+   The host asks for it once it freed its own objects after the cells ended: rule 10's trim runs
+   as the last cell is freed, before the Python objects that served the cells are. */
+static PyObject *Engine_trim(EngineObject *self, PyObject *Py_UNUSED(ignored))
+{
+    engine_t *e = self->engine;
+    if (!e)
+        return raise_closed((PyObject *)self);
+    Py_BEGIN_ALLOW_THREADS
+    malloc_trim(0);
+    pthread_mutex_lock(&e->lock);
+    e->trims++;
+    pthread_cond_broadcast(&e->prepared_changed);
+    pthread_mutex_unlock(&e->lock);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 static PyObject *Engine_live_cells(EngineObject *self, void *closure)
 {
     (void)closure;
@@ -1943,6 +1961,8 @@ static PyMethodDef Engine_methods[] = {
      "Take every event published since the last drain, as (key, kind, n1, n2, a, b) tuples."},
     {"fileno", (PyCFunction)Engine_fileno, METH_NOARGS,
      "The eventfd that becomes readable when events are waiting."},
+    {"trim", (PyCFunction)Engine_trim, METH_NOARGS,
+     "Give freed memory back to the system now (GIL released); counted in `trims`."},
     {"wait_trimmed", (PyCFunction)Engine_wait_trimmed, METH_VARARGS,
      "Block (GIL released) until more than `after` trims happened or `seconds` pass."},
     {"wait_prepared", (PyCFunction)Engine_wait_prepared, METH_O,
