@@ -47,8 +47,10 @@ MAX_WORKERS = 1024
 """Worker threads the engine may grow to while cells that compute for long hold the others."""
 
 
-IDLE_RELEASE_SECONDS = 0.25
-"""How long an engine that releases memory when idle waits with no cell live nor started."""
+IDLE_RELEASE_SECONDS = 1.0
+"""How long an engine that releases memory when idle waits with no cell live nor started: long
+enough for what follows a burst of cells without starting one (a client shutting its
+sessions down: 1,000 took about 0.1 s) to be over, so that its garbage is collected too."""
 RELEASE_AFTER_CELLS = 100
 """Cells closed since the last release before the next one: fewer leave little to give back,
 and each release is a full collection on the trio thread."""
