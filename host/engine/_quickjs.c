@@ -49,7 +49,8 @@
  * 10. Memory goes back to the system: once no cell is live and cells have freed TRIM_AFTER bytes
  *    of heap since the last time, an idle worker calls malloc_trim (glibc keeps freed memory in
  *    its arenas, one per worker thread, and a host that ran a thousand cells kept their 200 MiB
- *    after they ended).
+ *    after they ended). `trim()` does the same on request: the host's engine asks for it once
+ *    idle, after it collected the Python garbage the cells left (`_engine.py`).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
