@@ -101,7 +101,9 @@ async def serve_listening(
     try:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with (
-                open_engine(workers=options.workers, max_workers=max_workers) as engine,
+                open_engine(
+                    workers=options.workers, max_workers=max_workers, release_when_idle=True
+                ) as engine,
                 trio.open_nursery() as clients,
             ):
                 stop = trio.Event()

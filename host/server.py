@@ -115,7 +115,7 @@ async def serve_connection(
     if max_workers is None:  # spinning cells up to the cap never starve the others
         max_workers = worker_ceiling(admission)
     engine_scope = (
-        open_engine(workers=workers, max_workers=max_workers)
+        open_engine(workers=workers, max_workers=max_workers, release_when_idle=True)
         if engine is None
         else contextlib.nullcontext(engine)
     )

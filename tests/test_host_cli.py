@@ -85,6 +85,41 @@ async def test_an_active_cell_cap_past_the_engine_worker_bound_still_serves() ->
             assert texts(response) == ["42"]
 
 
+def test_version_prints_the_installed_version() -> None:
+    from importlib.metadata import version
+
+    done = _host("--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"codemode-host {version('codemode')}\n"
+
+
+# What the host's start must not load (each costs its cold start; docs/benchmarks.md, item 8):
+# the client's layers, and `importlib.metadata`, which only `--version` needs.
+NOT_LOADED_AT_START = (
+    "codemode.model",
+    "codemode.mcp",
+    "codemode.cli",
+    "codemode.process",
+    "codemode.remote",
+    "codemode.inprocess",
+    "codemode._toolbox",
+    "importlib.metadata",
+)
+
+
+def test_the_host_start_loads_nothing_it_does_not_need() -> None:
+    code = (
+        "import sys\n"
+        "from codemode_host.__main__ import parse_options\n"
+        "parse_options([])\n"
+        f"print(sorted(n for n in sys.modules if n.startswith({NOT_LOADED_AT_START!r})))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
 def test_the_options_parse() -> None:
     options = parse_options(["--workers", "3", "--log-level", "debug"])
     assert (options.workers, options.max_workers, options.log_level) == (3, None, "DEBUG")

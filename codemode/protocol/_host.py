@@ -93,7 +93,7 @@ from ._messages import (
     Wait,
     WaitToPending,
 )
-from ._recent import RecentIds
+from ._recent import RecentIds, RecentNumbers
 
 HostEvent = (
     HandshakeCompleted
@@ -153,7 +153,7 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
         self._handshaking = True
         self.capabilities: frozenset[str] = frozenset()
         self._active: dict[int, HostRequest] = {}
-        self._finished = RecentIds()
+        self._finished = RecentNumbers()
         self._sessions: dict[str, _SessionState] = {}
         self._closed_sessions = RecentIds()
         self._routes: dict[tuple[str, str], _Route] = {}

@@ -2,10 +2,19 @@
 
 The reference remembers the last 4096 finished request ids, closed session ids and delegate ids
 (reference-host 2.5, 4.1); so do both connections.
+
+Numeric ids (request and delegate ids, 1 to 2**63 - 1) are kept in two arrays of machine
+integers (`RecentNumbers`), not as Python objects: each decoded id is a small object that
+pymalloc places wherever a block was free when its frame arrived, and a book that keeps 4096 of
+them, allocated while a thousand cells came and went, pinned a few of them in most of the
+1 MiB arenas those cells had used: the host kept about 15 MiB it no longer needed after the
+cells ended (docs/benchmarks.md, `memory/after`). Session ids are strings (`RecentIds`).
 """
 
 from __future__ import annotations
 
+import array
+import bisect
 import collections
 from collections.abc import Hashable
 
@@ -29,3 +38,36 @@ class RecentIds:
 
     def __contains__(self, value: object) -> bool:
         return value in self._set
+
+
+class RecentNumbers:
+    """The last `RECENT_IDS` integers added (each between -2**63 and 2**63 - 1), held without
+    a Python object per value: a ring in the order added, and the same values sorted (looked up
+    by bisection; ids that only grow are appended at its end)."""
+
+    __slots__ = ("_next", "_ring", "_sorted")
+
+    def __init__(self) -> None:
+        self._ring = array.array("q")
+        self._sorted = array.array("q")
+        self._next = 0  # the ring's oldest value once it is full
+
+    def add(self, value: int) -> None:
+        ring, ordered = self._ring, self._sorted
+        if len(ring) < RECENT_IDS:
+            ring.append(value)
+        else:
+            del ordered[bisect.bisect_left(ordered, ring[self._next])]
+            ring[self._next] = value
+            self._next = (self._next + 1) % RECENT_IDS
+        if not ordered or value >= ordered[-1]:
+            ordered.append(value)
+        else:
+            ordered.insert(bisect.bisect_left(ordered, value), value)
+
+    def __contains__(self, value: object) -> bool:
+        if not isinstance(value, int):
+            return False
+        ordered = self._sorted
+        i = bisect.bisect_left(ordered, value)
+        return i < len(ordered) and ordered[i] == value

@@ -27,7 +27,7 @@ from ._messages import (
     ToolInvoke,
     ToolResult,
 )
-from ._recent import RecentIds
+from ._recent import RecentNumbers
 
 DelegateResult = Ok[ToolResult | NotificationDelivered] | Err
 
@@ -51,7 +51,7 @@ class ReverseCalls:
         self._queue = queue
         self._cells = cells
         self._calls: dict[int, CellView] = {}
-        self._recent = RecentIds()
+        self._recent = RecentNumbers()
 
     def __len__(self) -> int:
         return len(self._calls)

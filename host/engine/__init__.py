@@ -7,8 +7,10 @@
 
 from ._engine import DEFAULT_MAX_WORKERS as DEFAULT_MAX_WORKERS
 from ._engine import DEFAULT_STACK_LIMIT as DEFAULT_STACK_LIMIT
+from ._engine import IDLE_RELEASE_SECONDS as IDLE_RELEASE_SECONDS
 from ._engine import MAX_STACK_LIMIT as MAX_STACK_LIMIT
 from ._engine import MAX_WORKERS as MAX_WORKERS
+from ._engine import RELEASE_AFTER_CELLS as RELEASE_AFTER_CELLS
 from ._engine import CellTool as CellTool
 from ._engine import Engine as Engine
 from ._engine import EngineCell as EngineCell
@@ -33,8 +35,10 @@ from ._events import YieldRequested as YieldRequested
 __all__ = [
     "DEFAULT_MAX_WORKERS",
     "DEFAULT_STACK_LIMIT",
+    "IDLE_RELEASE_SECONDS",
     "MAX_STACK_LIMIT",
     "MAX_WORKERS",
+    "RELEASE_AFTER_CELLS",
     "CellEvent",
     "CellTool",
     "Engine",

@@ -49,7 +49,8 @@
  * 10. Memory goes back to the system: once no cell is live and cells have freed TRIM_AFTER bytes
  *    of heap since the last time, an idle worker calls malloc_trim (glibc keeps freed memory in
  *    its arenas, one per worker thread, and a host that ran a thousand cells kept their 200 MiB
- *    after they ended).
+ *    after they ended). `trim()` does the same on request: the host's engine asks for it once
+ *    idle, after it collected the Python garbage the cells left (`_engine.py`).
  * 11. A finished cell's runtime is freed by the worker at the end of the turn it finished in,
  *    not by a later close: closing it then needs no worker (no wake-up, no turn), and its memory
  *    goes back while the host is still handling its end. A close that frees the last live cell
@@ -1823,6 +1824,24 @@ static PyObject *Engine_wait_trimmed(EngineObject *self, PyObject *args)
     return PyLong_FromLongLong(trims);
 }
 
+/* trim(): gives freed memory back to the system now, as rule 10 does (blocks without the GIL).
+   The host asks for it once it freed its own objects after the cells ended: rule 10's trim runs
+   as the last cell is freed, before the Python objects that served the cells are. */
+static PyObject *Engine_trim(EngineObject *self, PyObject *Py_UNUSED(ignored))
+{
+    engine_t *e = self->engine;
+    if (!e)
+        return raise_closed((PyObject *)self);
+    Py_BEGIN_ALLOW_THREADS
+    malloc_trim(0);
+    pthread_mutex_lock(&e->lock);
+    e->trims++;
+    pthread_cond_broadcast(&e->prepared_changed);
+    pthread_mutex_unlock(&e->lock);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 static PyObject *Engine_live_cells(EngineObject *self, void *closure)
 {
     (void)closure;
@@ -1951,6 +1970,8 @@ static PyMethodDef Engine_methods[] = {
      "Take every event published since the last drain, as (key, kind, n1, n2, a, b) tuples."},
     {"fileno", (PyCFunction)Engine_fileno, METH_NOARGS,
      "The eventfd that becomes readable when events are waiting."},
+    {"trim", (PyCFunction)Engine_trim, METH_NOARGS,
+     "Give freed memory back to the system now (GIL released); counted in `trims`."},
     {"wait_trimmed", (PyCFunction)Engine_wait_trimmed, METH_VARARGS,
      "Block (GIL released) until more than `after` trims happened or `seconds` pass."},
     {"wait_prepared", (PyCFunction)Engine_wait_prepared, METH_O,
