@@ -95,6 +95,13 @@ async def open_code_mode(
 
 
 LATE_OUTPUT = "await tools.gate({}); text('late'); yield_control(); await new Promise(() => {})"
+# Nothing tells the test when the host has attached a wait, and a `yield_control()` with no
+# observer attached is ignored (reference-runtime 3.9): this cell yields every millisecond after
+# its late output, so the wait sees it however the wait and the tool's answer race.
+LATE_OUTPUT_YIELDING = (
+    "await tools.gate({}); text('late');"
+    " for (;;) { yield_control(); await new Promise((resolve) => setTimeout(resolve, 1)); }"
+)
 
 
 async def test_windows_are_the_models_by_default(provider: Provider) -> None:
@@ -149,7 +156,7 @@ async def test_min_yield_time_raises_the_wait_window_and_keeps_longer_ones(
         outputs.append(await code_mode.wait({"cell_id": "1", "yield_time_ms": 5}))
 
     with trio.fail_after(10):
-        await code_mode.exec("call-1", f"yield_control(); {LATE_OUTPUT}")
+        await code_mode.exec("call-1", f"yield_control(); {LATE_OUTPUT_YIELDING}")
         async with trio.open_nursery() as nursery:
             nursery.start_soon(wait)
             await delegate.until(lambda: len(delegate.invocations) == 1)
