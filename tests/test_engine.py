@@ -444,6 +444,28 @@ async def test_spinning_cells_do_not_starve_other_cells() -> None:
             spinner.close()
 
 
+async def test_the_pool_grows_again_for_a_later_stall() -> None:
+    # The monitor is woken only while it rests (nothing stalled): after it grew the pool once,
+    # work queued behind a second spinner must still wake it, and cells queued while it
+    # watches a stall are served by the worker it adds.
+    with trio.fail_after(20):
+        async with open_engine(workers=1) as engine:
+            spinners = []
+            for expected_workers in (2, 3):
+                spinner = engine.start_cell('text("spin"); for (;;) {}')
+                spinners.append(spinner)
+                await wait_for(spinner, lambda e: isinstance(e, TextOutput))
+                cells = [engine.start_cell(f"text({i})") for i in range(5)]
+                for i, cell in enumerate(cells):
+                    with cell:
+                        events = await wait_for(cell, is_finished)
+                    assert TextOutput(str(i)) in events
+                    assert events[-1] == Finished(Outcome.OK, None), events
+                assert engine.worker_threads == expected_workers
+            for spinner in spinners:
+                spinner.close()
+
+
 SUSPENDED = {
     "module-variable": "const p = new Promise(() => {}); await p;",
     "global": "globalThis.p = new Promise(() => {}); await p;",

@@ -22,7 +22,8 @@
  * 5. QuickJS cannot preempt a running turn, so a cell that computes forever holds its worker
  *    until interrupted. A monitor thread grows the pool (up to max_workers) whenever queued
  *    work has waited STARVATION_NS with every worker busy and no turn completing: spinning
- *    cells never starve the others.
+ *    cells never starve the others. Queued work wakes the monitor only when it rests (nothing
+ *    was stalled); one that watches a stall looks again at its deadline.
  * 6. Strings leave the engine as well-formed UTF-8: a lone surrogate becomes U+FFFD, in raw
  *    text and in JSON escapes alike (engine-notes 1.7).
  * 7. Every turn of a running cell ends with EV_IDLE carrying how many of the commands Python
@@ -191,6 +192,9 @@ struct engine {
     int idle;
     uint64_t turns_completed;
     pthread_cond_t starved;
+    /* The monitor sleeps without a deadline (nothing is stalled): only then does queued work
+       need to wake it (rule 5). Guarded by lock. */
+    bool monitor_resting;
     pthread_t monitor;
     bool monitor_started;
 
@@ -1187,6 +1191,15 @@ static void cell_release(cell_t *c)
 }
 
 /* Queues a command; the caller holds e->lock. Returns false if the engine no longer runs. */
+/* Rule 5: work is queued and no worker is free. A monitor already watching a stall checks at
+   its deadline anyway; waking it for every command queued while the workers are busy cost a
+   wake-up and a contended lock per tool call under load. */
+static void wake_monitor_locked(engine_t *e)
+{
+    if (e->monitor_resting && e->nthreads < e->max_workers)
+        pthread_cond_signal(&e->starved);
+}
+
 static bool enqueue_locked(engine_t *e, cell_t *c, command_t *cmd)
 {
     if (e->joined || (e->stopping && cmd->kind != CMD_CLOSE))
@@ -1209,7 +1222,7 @@ static bool enqueue_locked(engine_t *e, cell_t *c, command_t *cmd)
         if (e->idle > 0)
             pthread_cond_signal(&e->work);
         else
-            pthread_cond_signal(&e->starved);
+            wake_monitor_locked(e);
     }
     return true;
 }
@@ -1253,7 +1266,7 @@ static void *worker_main(void *arg)
         command_t *cmds = c->cmd_head;
         c->cmd_head = c->cmd_tail = NULL;
         if (e->rq_head && e->idle == 0)
-            pthread_cond_signal(&e->starved); /* work left behind and nobody free: watch it */
+            wake_monitor_locked(e); /* work left behind and nobody free: watch it */
         pthread_mutex_unlock(&e->lock);
 
         run_turn(c, cmds);
@@ -1356,7 +1369,9 @@ static void *monitor_main(void *arg)
         bool stalled = e->rq_head && e->idle == 0 && e->nthreads < e->max_workers;
         if (!stalled) {
             watched = UINT64_MAX;
+            e->monitor_resting = true;
             pthread_cond_wait(&e->starved, &e->lock);
+            e->monitor_resting = false;
             continue;
         }
         if (watched != e->turns_completed) {
