@@ -102,7 +102,7 @@ async def serve_connection(
         token=token,
         codemode_version=codemode_version,
     )
-    wire = FrameWriter(send, connection.data_to_send)
+    wire = FrameWriter(send, connection.take_outgoing)
     status = 0
     write_failed = False
 

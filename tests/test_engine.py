@@ -3,6 +3,7 @@ limits, and events published while a cell still runs (issue: the package and the
 
 from __future__ import annotations
 
+import json
 import re
 
 import msgspec
@@ -232,6 +233,51 @@ async def test_interrupt_from_another_thread(engine: Engine) -> None:
         await trio.to_thread.run_sync(cell.interrupt)
         rest = await wait_for(cell, is_finished)
         assert rest[-1] == Finished(Outcome.INTERRUPTED, None)
+
+
+TEXT_RESULTS = [
+    "",
+    "plain",
+    "[1, 2]",
+    '"quoted"',
+    "na\u00efve \u65e5\u672c \U0001f600",
+    "nul\x00in",
+    "a\nb\\",
+]
+
+
+async def test_a_text_result_reaches_the_cell_as_that_string(engine: Engine) -> None:
+    # The text settles a call as the JSON of the same string would: JSON-looking text stays
+    # text, and a code point above U+FFFF is two UTF-16 units, as in any JavaScript string.
+    source = f"""
+        const seen = [];
+        for (let i = 0; i < {len(TEXT_RESULTS)}; i++) {{
+          const s = await tools.t({{}});
+          seen.push([typeof s, s, s.length]);
+        }}
+        text(JSON.stringify(seen));
+    """
+    with trio.fail_after(10), engine.start_cell(source, tools=[CellTool("t")]) as cell:
+        for result in TEXT_RESULTS:
+            events = await wait_for(cell, lambda e: isinstance(e, ToolCallRequested))
+            [call] = [e for e in events if isinstance(e, ToolCallRequested)]
+            cell.settle_tool_call_with_text(call.call_id, result.encode())
+        events = await wait_for(cell, is_finished)
+    [output] = [e.text for e in events if isinstance(e, TextOutput)]
+    assert json.loads(output) == [
+        ["string", result, len(result.encode("utf-16-le")) // 2] for result in TEXT_RESULTS
+    ]
+    assert events[-1] == Finished(Outcome.OK, None)
+
+
+async def test_an_unknown_way_to_settle_is_refused(engine: Engine) -> None:
+    with trio.fail_after(10), engine.start_cell("await tools.t()", tools=[CellTool("t")]) as cell:
+        await wait_for(cell, lambda e: isinstance(e, ToolCallRequested))
+        with pytest.raises(ValueError, match="settle must be 0"):
+            cell._native.settle_tool(1, 3, b"x")
+        cell.settle_tool_call_with_text(1, b"ok")
+        events = await wait_for(cell, is_finished)
+    assert events[-1] == Finished(Outcome.OK, None)
 
 
 async def test_interrupt_of_an_idle_cell_reports_it_interrupted(engine: Engine) -> None:

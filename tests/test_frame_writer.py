@@ -132,3 +132,59 @@ async def test_what_a_full_pipe_did_not_take_leaves_without_other_wakeups() -> N
             writer.flush()
     assert received == [payload]
     assert failures == []
+
+
+async def test_a_handed_over_buffer_is_written_without_a_copy_and_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A connection hands its outgoing bytearray over (`Endpoint.take_outgoing`): a 16 MiB tool
+    # result was copied three times on its way out before. Frames queued while the writer task
+    # is still writing the big one follow it.
+    from codemode._trio import _writer
+
+    buffers: list[object] = []
+
+    def write(fd: int, data: bytes | bytearray) -> int:
+        buffers.append(data)
+        return os.write(fd, data)
+
+    monkeypatch.setattr(_writer, "os", types.SimpleNamespace(write=write))
+    read_fd, write_fd = os.pipe()
+    fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, 4096)
+    os.set_blocking(write_fd, False)
+    big = bytearray(os.urandom(1 << 20))
+    queued: list[bytearray] = []
+
+    def take() -> bytearray:
+        return queued.pop(0) if queued else bytearray()
+
+    def read_all(size: int) -> bytes:
+        received = bytearray()
+        with os.fdopen(read_fd, "rb", buffering=0) as reader:
+            while len(received) < size:
+                received += reader.read(size - len(received))
+        return bytes(received)
+
+    expected = bytes(big) + b"after-1" + b"after-2"
+    failures: list[BaseException] = []
+    received: list[bytes] = []
+    with trio.fail_after(10):
+        async with trio.lowlevel.FdStream(write_fd) as send, trio.open_nursery() as nursery:
+            writer = FrameWriter(send, take)
+
+            async def read_then_close() -> None:
+                received.append(await trio.to_thread.run_sync(read_all, len(expected)))
+                writer.close()
+
+            nursery.start_soon(writer.run, failures.append)
+            await trio.testing.wait_all_tasks_blocked()
+            queued.append(big)
+            writer.flush()  # the pass's first write: straight from the handed-over buffer
+            assert buffers[0] is big
+            for frame in (b"after-1", b"after-2"):  # queued behind what the pipe did not take
+                queued.append(bytearray(frame))
+                writer.flush()
+                await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(read_then_close)
+    assert received == [expected]
+    assert failures == []

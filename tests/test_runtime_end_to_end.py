@@ -4,6 +4,7 @@ formatting and truncation belong to the model layer), through the public API."""
 from __future__ import annotations
 
 import gc
+import json
 import os
 import re
 
@@ -311,6 +312,42 @@ async def test_code_mode_freeform_tool_gets_its_text_and_empty_object_results(
     assert texts(response) == ["{}"]
     assert delegate.invocations[0].input == "*** Begin Patch"
     assert delegate.invocations[0].tool_kind is ToolKind.FREEFORM
+
+
+STRING_RESULTS = ["", "plain", "[1, 2]", "na\u00efve \U0001f600", "nul\x00in", "x" * 100_000]
+
+
+async def test_a_string_result_arrives_as_that_string(session: Session) -> None:
+    # A string result skips JSON on its way into the cell; the cell cannot tell.
+    results = iter(STRING_RESULTS)
+
+    async def strings(call: NestedToolCall) -> JsonValue:
+        return next(results)
+
+    source = f"""
+        const seen = [];
+        for (let i = 0; i < {len(STRING_RESULTS)}; i++) {{
+          const s = await tools.t({{}});
+          seen.push([typeof s, s.length, s.slice(0, 20)]);
+        }}
+        text(JSON.stringify(seen));
+    """
+    with trio.fail_after(10):
+        response = await run(session, RecordingDelegate(on_tool=strings), source, tools=[tool("t")])
+    assert [json.loads(text) for text in texts(response)] == [
+        [["string", len(s.encode("utf-16-le")) // 2, s[:20]] for s in STRING_RESULTS]
+    ]
+
+
+async def test_a_string_result_with_a_lone_surrogate_rejects_the_call(session: Session) -> None:
+    async def broken(call: NestedToolCall) -> JsonValue:
+        return "a\ud800"
+
+    source = "try { await tools.t({}); text('resolved'); } catch (e) { text(String(e)); }"
+    with trio.fail_after(10):
+        response = await run(session, RecordingDelegate(on_tool=broken), source, tools=[tool("t")])
+    [rejection] = texts(response)
+    assert "surrogates not allowed" in rejection, rejection
 
 
 async def test_code_mode_mcp_error_results_are_values_not_rejections(session: Session) -> None:

@@ -43,10 +43,11 @@ class FrameWriter:
     Args:
         stream: where the bytes go (a pipe's `FdStream` and a `SocketStream` allow direct
             writes).
-        take: returns (and forgets) every byte the connection queued.
+        take: returns (and forgets) every byte the connection queued; a bytearray it returns
+            becomes the writer's own (no copy).
     """
 
-    def __init__(self, stream: trio.abc.SendStream, take: Callable[[], bytes]) -> None:
+    def __init__(self, stream: trio.abc.SendStream, take: Callable[[], bytes | bytearray]) -> None:
         self._stream = stream
         self._take = take
         self._fd = _direct_fd(stream)
@@ -129,7 +130,7 @@ class FrameWriter:
                 await self._queued.wait()
                 self._queued = trio.Event()
                 continue
-            data, self._left = bytes(self._left), bytearray()
+            data, self._left = self._left, bytearray()  # handed over whole: no copy
             self._writing = True
             try:
                 await self._stream.send_all(data)
@@ -142,7 +143,11 @@ class FrameWriter:
     def _take_queued(self) -> None:
         """Move what the connection queued behind what is left (no direct write)."""
         data = self._take()
-        if data:
+        if not data:
+            return
+        if not self._left and isinstance(data, bytearray):
+            self._left = data  # the connection handed its buffer over: a large frame is not copied
+        else:
             self._left += data
 
 

@@ -157,7 +157,7 @@ class HostLink:
                 async with open_service_nursery() as nursery:
                     self._cells.serve_in(nursery)
                     self._transport.start(nursery, self._lost, self._stdout_done)
-                    self._writer = FrameWriter(send, self._connection.data_to_send)
+                    self._writer = FrameWriter(send, self._connection.take_outgoing)
                     nursery.start_soon(self._writer.run, self._write_failed)
                     nursery.start_soon(self._read, receive)
                     await self._shake_hands()

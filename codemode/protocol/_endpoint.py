@@ -1,6 +1,7 @@
 """The byte side both connections share: frames queued out, frames decoded in, events out.
 
-`Endpoint` owns the outgoing buffer (`data_to_send`), the incoming decoder (`receive_data`),
+`Endpoint` owns the outgoing buffer (`data_to_send`, or `take_outgoing` for an adapter that
+writes the buffer itself), the incoming decoder (`receive_data`),
 end of file, and the event queue (`next_event`); a connection subclass says what a received
 message means (`_receive`, which appends events) and queues its own frames (`_queue`).
 """
@@ -33,7 +34,12 @@ class Endpoint(Generic[M, E]):
 
     def data_to_send(self) -> bytes:
         """Every frame queued since the last call, in order (b"" when there is none)."""
-        data, self._outgoing = bytes(self._outgoing), bytearray()
+        return bytes(self.take_outgoing())
+
+    def take_outgoing(self) -> bytearray:
+        """As `data_to_send`, but the buffer itself, which the caller now owns: no copy of
+        what may be a frame of many megabytes (the trio adapters' `FrameWriter` writes it)."""
+        data, self._outgoing = self._outgoing, bytearray()
         return data
 
     def receive_data(self, data: bytes | bytearray) -> None:

@@ -69,6 +69,11 @@ def default_heap_budget() -> int:
 
 _PRELUDE = Path(__file__).with_name("prelude.js").read_bytes()
 
+# How `settle_tool` settles a call (the extension's `enum settle_kind`).
+_SETTLE_REJECT = 0
+_SETTLE_JSON = 1
+_SETTLE_TEXT = 2
+
 
 class CellTool(msgspec.Struct, frozen=True):
     """A nested tool as a cell sees it: `tools[name]` and its `ALL_TOOLS` entry.
@@ -165,12 +170,19 @@ class EngineCell:
 
     def settle_tool_call(self, call_id: int, result_json: bytes) -> None:
         """Resolve the promise of tool call `call_id` with the value of `result_json`."""
-        self._native.settle_tool(call_id, True, result_json)
+        self._native.settle_tool(call_id, _SETTLE_JSON, result_json)
+        self.commands_submitted += 1
+
+    def settle_tool_call_with_text(self, call_id: int, text_utf8: bytes) -> None:
+        """Resolve the promise of tool call `call_id` with the string whose UTF-8 is
+        `text_utf8`, as `settle_tool_call` with its JSON would, without the JSON (a large
+        string result costs a copy instead of an escaping pass and a parse)."""
+        self._native.settle_tool(call_id, _SETTLE_TEXT, text_utf8)
         self.commands_submitted += 1
 
     def reject_tool_call(self, call_id: int, error_text: str) -> None:
         """Reject the promise of tool call `call_id` with the plain string `error_text`."""
-        self._native.settle_tool(call_id, False, error_text.encode())
+        self._native.settle_tool(call_id, _SETTLE_REJECT, error_text.encode())
         self.commands_submitted += 1
 
     def output_taken(self, size: int) -> None:

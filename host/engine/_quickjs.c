@@ -87,11 +87,14 @@
 
 enum command_kind { CMD_START, CMD_SETTLE_TOOL, CMD_FIRE_TIMER, CMD_WAKE, CMD_CLOSE };
 
+/* How CMD_SETTLE_TOOL settles its call; the prelude's dispatcher takes the same numbers. */
+enum settle_kind { SETTLE_REJECT = 0, SETTLE_JSON = 1, SETTLE_TEXT = 2 };
+
 typedef struct command {
     struct command *next;
     int kind;
     int64_t id;
-    int ok;
+    int settle; /* enum settle_kind */
     char *data; /* NUL-terminated at data[len] */
     size_t len;
     char *data2;
@@ -1105,7 +1108,7 @@ static void start_cell(cell_t *c, command_t *cmd)
     settle(c);
 }
 
-/* Calls the prelude's dispatcher: (1, id, ok, payload) settles a tool call, (2, id) fires a
+/* Calls the prelude's dispatcher: (1, id, settle, payload) settles a tool call, (2, id) fires a
    timer. An exception it lets escape ends the cell (a throwing timer callback fails the cell,
    reference-runtime 3.11). */
 static void dispatch(cell_t *c, command_t *cmd)
@@ -1115,7 +1118,7 @@ static void dispatch(cell_t *c, command_t *cmd)
     args[0] = JS_NewInt32(c->ctx, cmd->kind == CMD_SETTLE_TOOL ? 1 : 2);
     args[1] = JS_NewInt64(c->ctx, cmd->id);
     if (cmd->kind == CMD_SETTLE_TOOL) {
-        args[2] = JS_NewBool(c->ctx, cmd->ok);
+        args[2] = JS_NewInt32(c->ctx, cmd->settle);
         args[3] = JS_NewStringLen(c->ctx, cmd->data, cmd->len);
         argc = 4;
         if (JS_IsException(args[3])) {
@@ -2052,14 +2055,20 @@ static PyObject *submit(CellObject *self, command_t *cmd)
 static PyObject *Cell_settle_tool(CellObject *self, PyObject *args)
 {
     long long call_id;
-    int ok;
+    int settle;
     Py_buffer payload;
-    if (!PyArg_ParseTuple(args, "Lpy*", &call_id, &ok, &payload))
+    if (!PyArg_ParseTuple(args, "Liy*", &call_id, &settle, &payload))
         return NULL;
+    if (settle != SETTLE_REJECT && settle != SETTLE_JSON && settle != SETTLE_TEXT) {
+        PyBuffer_Release(&payload);
+        PyErr_Format(PyExc_ValueError, "settle must be 0 (reject), 1 (JSON) or 2 (text), not %d",
+                     settle);
+        return NULL;
+    }
     command_t *cmd = new_command(CMD_SETTLE_TOOL);
     if (cmd) {
         cmd->id = call_id;
-        cmd->ok = ok;
+        cmd->settle = settle;
         cmd->data = dup_bytes(payload.buf, (size_t)payload.len);
         cmd->len = (size_t)payload.len;
         if (!cmd->data) {
@@ -2177,7 +2186,8 @@ static void Cell_dealloc(CellObject *self)
 
 static PyMethodDef Cell_methods[] = {
     {"settle_tool", (PyCFunction)Cell_settle_tool, METH_VARARGS,
-     "settle_tool(call_id, ok, payload): resolve (JSON payload) or reject (text) a tool call."},
+     "settle_tool(call_id, settle, payload): reject (0, payload the error text), resolve with the "
+     "value of JSON text (1) or with the text itself (2); payloads are UTF-8."},
     {"fire_timer", (PyCFunction)Cell_fire_timer, METH_O, "Run the callback of a timer."},
     {"output_taken", (PyCFunction)Cell_output_taken, METH_O,
      "output_taken(bytes): the runtime took that much of the cell's pending output."},

@@ -19,7 +19,8 @@
  * 2. Helper validation errors are thrown as plain strings with the reference's exact texts
  *    (section 3.3).
  * 3. Values leave as JSON text and come back through JSON.parse: every load and every tool
- *    result is a fresh copy.
+ *    result is a fresh copy. A tool result that is a string comes as its text, parsing nothing
+ *    (a string has no identity to share, and a large one was most of a tool call's cost).
  */
 (function prepareCellGlobals(native) {
   "use strict";
@@ -422,14 +423,16 @@
     if (!allowed[name]) deleteProperty(global, name);
   }
 
-  // The binding calls this: (1, id, ok, payload) settles tool call `tool-<id>` with a JSON
-  // result (ok) or an error text; (2, id) fires a timer. What it throws fails the cell.
-  function dispatch(kind, id, ok, payload) {
+  // The binding calls this: (1, id, settle, payload) settles tool call `tool-<id>`: rejects it
+  // with an error text (settle 0), resolves it with the value of a JSON text (1) or with a
+  // text itself (2, rule 3); (2, id) fires a timer. What it throws fails the cell.
+  function dispatch(kind, id, settle, payload) {
     if (kind === 1) {
       const call = pendingCalls[id];
       if (call === undefined) throw `unknown tool call \`tool-${id}\``;
       delete pendingCalls[id];
-      if (ok) call.resolve(parseJson(payload));
+      if (settle === 1) call.resolve(parseJson(payload));
+      else if (settle === 2) call.resolve(payload);
       else call.reject(payload);
     } else if (kind === 2) {
       const callback = timers[id];

@@ -50,6 +50,25 @@ logger = logging.getLogger("codemode.runtime")
 _encode_json = msgspec.json.Encoder().encode
 _decode_json = msgspec.json.Decoder().decode
 
+_Result = tuple[bytes, bool]
+"""A tool's result as the engine takes it: (UTF-8 bytes, whether they are the text of a string
+result rather than JSON text)."""
+
+
+def _encode_result(result: JsonValue) -> _Result:
+    """A string result goes to the cell as its text, without JSON (a large text, a file's
+    contents say, cost an escaping pass here and a parse in the cell); any other value as JSON
+    text.
+
+    Raises:
+        TypeError, ValueError, OverflowError: no JSON text for it (a lone surrogate in a string
+            is a ValueError, as when it is inside a value).
+    """
+    if isinstance(result, str):
+        return result.encode(), True
+    return _encode_json(result), False
+
+
 ToolAnswer = Callable[[JsonValue, str | None], None]
 """A forwarded call's outcome: (result, None) resolves its promise, (None, text) rejects it."""
 
@@ -228,11 +247,11 @@ class CellCalls:
             self._answer(call_id, rejection=rejection)
             return
         try:
-            payload = _encode_json(result)
+            payload = _encode_result(result)
         except (TypeError, ValueError, OverflowError) as error:
             self._answer(call_id, rejection=tool_failure_message(tool_name, error))
             return
-        self._answer(call_id, result_json=payload)
+        self._answer(call_id, result=payload)
 
     async def _invoke_tool(self, call_id: int, call: NestedToolCall) -> None:
         try:
@@ -243,7 +262,7 @@ class CellCalls:
     async def _run_tool(self, call_id: int, call: NestedToolCall) -> None:
         try:
             result = await self._delegate.invoke_tool(call)
-            payload = _encode_json(result)
+            payload = _encode_result(result)
         except ToolError as error:
             self._answer(call_id, rejection=error.text)
         except Exception as error:
@@ -252,22 +271,26 @@ class CellCalls:
                                self._cell_id, exc_info=True)  # fmt: skip
             self._answer(call_id, rejection=tool_failure_message(call.tool_name.name, error))
         else:
-            self._answer(call_id, result_json=payload)
+            self._answer(call_id, result=payload)
 
     def _answer(
-        self, call_id: int, *, result_json: bytes | None = None, rejection: str | None = None
+        self, call_id: int, *, result: _Result | None = None, rejection: str | None = None
     ) -> None:
         if self._accepting():
-            self._submit(lambda: self._settle(call_id, result_json, rejection))
+            self._submit(lambda: self._settle(call_id, result, rejection))
 
-    def _settle(self, call_id: int, result_json: bytes | None, rejection: str | None) -> None:
+    def _settle(self, call_id: int, result: _Result | None, rejection: str | None) -> None:
         if not self._accepting():
             return  # rule 2: a late answer for a cell that ended is discarded
         try:
-            if rejection is None:
-                assert result_json is not None
-                self._engine_cell.settle_tool_call(call_id, result_json)
+            if result is not None:
+                payload, is_text = result
+                if is_text:
+                    self._engine_cell.settle_tool_call_with_text(call_id, payload)
+                else:
+                    self._engine_cell.settle_tool_call(call_id, payload)
             else:
+                assert rejection is not None
                 self._engine_cell.reject_tool_call(call_id, rejection)
         except EngineClosedError:
             pass  # the engine is closing: the cell is about to end anyway
