@@ -350,6 +350,25 @@ async def test_a_string_result_with_a_lone_surrogate_rejects_the_call(session: S
     assert "surrogates not allowed" in rejection, rejection
 
 
+async def test_a_tool_error_with_a_lone_surrogate_rejects_the_call(session: Session) -> None:
+    # It used to escape the in-process provider as an exception (the rejection's text was
+    # encoded strictly on its way into the engine).
+    async def broken(call: NestedToolCall) -> JsonValue:
+        raise codemode.ToolError("bad \ud800 text")
+
+    source = "try { await tools.t({}); text('resolved'); } catch (e) { text(String(e)); }"
+    with trio.fail_after(10):
+        response = await run(session, RecordingDelegate(on_tool=broken), source, tools=[tool("t")])
+        after = await run(session, RecordingDelegate(), "text('still serving')")
+    [rejection] = texts(response)
+    # In-process the text arrives with U+FFFD; the process provider's client cannot encode
+    # it for the wire and says so.
+    assert rejection == "bad \ufffd text" or rejection.startswith(
+        "tool t failed: 'utf-8' codec can't encode character '\\ud800'"
+    ), rejection
+    assert texts(after) == ["still serving"]
+
+
 async def test_code_mode_mcp_error_results_are_values_not_rejections(session: Session) -> None:
     async def failing(call: NestedToolCall) -> JsonValue:
         return {"content": [{"type": "text", "text": "bad"}], "isError": True}
