@@ -50,6 +50,11 @@ logger = logging.getLogger("codemode.runtime")
 _encode_json = msgspec.json.Encoder().encode
 _decode_json = msgspec.json.Decoder().decode
 
+
+def _refuse() -> bool:
+    return False
+
+
 _Result = tuple[bytes, bool]
 """A tool's result as the engine takes it: (UTF-8 bytes, whether they are the text of a string
 result rather than JSON text)."""
@@ -214,6 +219,12 @@ class CellCalls:
         self._notifications.cancel(reason)
         self._tools.cancel(reason)
         self._cancel_forwarded()
+
+    def detach(self) -> None:
+        """The cell closed: nothing is accepted any more (as `accepting` already answered),
+        and this no longer refers to the cell. Its `accepting` closure was a reference cycle
+        (the cell holds this), which left every cell's objects to the cyclic collector."""
+        self._accepting = _refuse
 
     async def wait_idle(self) -> None:
         """Wait until every call returned, for at most `CLEANUP_GRACE` (DESIGN section 4)."""

@@ -487,6 +487,7 @@ class RuntimeCell:
         self._js_running = False
         self._engine_cell.close()
         self._calls.cancel("the cell closed")
+        self._calls.detach()
         ended = self.lifecycle in (Lifecycle.CLAIMED, Lifecycle.TERMINATED)
         self._move(LifecycleTrigger.CLOSE if ended else LifecycleTrigger.ABORT)
         self._forget(self.cell_id)
