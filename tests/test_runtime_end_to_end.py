@@ -361,8 +361,8 @@ async def test_a_tool_error_with_a_lone_surrogate_rejects_the_call(session: Sess
         response = await run(session, RecordingDelegate(on_tool=broken), source, tools=[tool("t")])
         after = await run(session, RecordingDelegate(), "text('still serving')")
     [rejection] = texts(response)
-    # In-process the text arrives with U+FFFD; the process provider's client cannot encode
-    # it for the wire and says so.
+    # In-process the surrogate reaches the cell and leaves it as U+FFFD (engine rule 6); the
+    # process provider's client cannot encode it for the wire and says so.
     assert rejection == "bad \ufffd text" or rejection.startswith(
         "tool t failed: 'utf-8' codec can't encode character '\\ud800'"
     ), rejection
@@ -455,7 +455,7 @@ async def test_ended_cells_leave_no_cyclic_garbage(session: Session) -> None:
                 ours = [
                     type(o).__qualname__
                     for o in gc.garbage
-                    if type(o).__module__.startswith(("codemode", "codemode_host"))
+                    if type(o).__module__.startswith("codemode")  # codemode_host too
                 ]
             finally:
                 gc.set_debug(0)

@@ -70,15 +70,6 @@ def default_heap_budget() -> int:
 _PRELUDE = Path(__file__).with_name("prelude.js").read_bytes()
 
 
-def _well_formed_utf8(text: str) -> bytes:
-    """`text` as UTF-8, a lone surrogate replaced by U+FFFD (an error text comes from any
-    exception's message: one that cannot be encoded must still reject its call)."""
-    try:
-        return text.encode()
-    except UnicodeEncodeError:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode()
-
-
 # How `settle_tool` settles a call (the extension's `enum settle_kind`).
 _SETTLE_REJECT = 0
 _SETTLE_JSON = 1
@@ -191,9 +182,10 @@ class EngineCell:
         self.commands_submitted += 1
 
     def reject_tool_call(self, call_id: int, error_text: str) -> None:
-        """Reject the promise of tool call `call_id` with the plain string `error_text` (a lone
-        surrogate in it becomes U+FFFD, as in the strings that leave the engine)."""
-        self._native.settle_tool(call_id, _SETTLE_REJECT, _well_formed_utf8(error_text))
+        """Reject the promise of tool call `call_id` with the plain string `error_text`. Encoded
+        as a cell's source is (`surrogatepass`): an error text comes from any exception's
+        message, and a lone surrogate in it reaches the cell as one."""
+        self._native.settle_tool(call_id, _SETTLE_REJECT, error_text.encode(errors="surrogatepass"))
         self.commands_submitted += 1
 
     def output_taken(self, size: int) -> None:

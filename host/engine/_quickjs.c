@@ -1193,7 +1193,6 @@ static void cell_release(cell_t *c)
     free(c);
 }
 
-/* Queues a command; the caller holds e->lock. Returns false if the engine no longer runs. */
 /* Rule 5: work is queued and no worker is free. A monitor already watching a stall checks at
    its deadline anyway; waking it for every command queued while the workers are busy cost a
    wake-up and a contended lock per tool call under load. */
@@ -1203,6 +1202,7 @@ static void wake_monitor_locked(engine_t *e)
         pthread_cond_signal(&e->starved);
 }
 
+/* Queues a command; the caller holds e->lock. Returns false if the engine no longer runs. */
 static bool enqueue_locked(engine_t *e, cell_t *c, command_t *cmd)
 {
     if (e->joined || (e->stopping && cmd->kind != CMD_CLOSE))
