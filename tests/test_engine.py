@@ -486,7 +486,9 @@ async def test_spinning_cells_do_not_starve_other_cells() -> None:
             await wait_for(spinner, lambda e: isinstance(e, TextOutput))
             run = await run_cell(engine, 'text("served")')
             assert run.texts == ["served"]
-            assert engine.worker_threads == 2
+            # At least one worker more than the spinner holds; a loaded machine that keeps a
+            # worker off its CPU past the starvation delay may grow the pool further.
+            assert engine.worker_threads >= 2
             spinner.close()
 
 
@@ -507,7 +509,9 @@ async def test_the_pool_grows_again_for_a_later_stall() -> None:
                         events = await wait_for(cell, is_finished)
                     assert TextOutput(str(i)) in events
                     assert events[-1] == Finished(Outcome.OK, None), events
-                assert engine.worker_threads == expected_workers
+                # One worker more than the spinners hold (more when a loaded machine kept a
+                # worker off its CPU past the starvation delay).
+                assert engine.worker_threads >= expected_workers
             for spinner in spinners:
                 spinner.close()
 
