@@ -173,6 +173,29 @@ async def test_buffered_initial_yield_precedes_buffered_completion_for_yield_obs
     assert second == LiveCell(response=Completed(cell_id="1", content_items=[InputText(text="b")]))
 
 
+async def test_yield_control_with_no_observer_attached_is_ignored(
+    session: Session, delegate: RecordingDelegate
+) -> None:
+    # Reference-runtime 3.9: the output keeps accumulating, and the next observation ends at
+    # its own window or the cell's end, not at the yield that nobody observed.
+    delegate.hold_tools = True
+    source = """
+        text("a"); yield_control(); await tools.gate({});
+        text("b"); yield_control(); notify("past"); text("c");
+    """
+    with trio.fail_after(10):
+        first = await run(session, delegate, source, tools=[tool("gate")])
+        delegate.release.set()
+        # The notification follows the second yield: the host has handled that yield, with
+        # no observer attached, before the delegate hears of it.
+        await delegate.until(lambda: len(delegate.notifications) == 1)
+        rest = await session.wait(wait_request())
+    assert first == Yielded(cell_id="1", content_items=[InputText(text="a")])
+    assert rest == LiveCell(
+        response=Completed(cell_id="1", content_items=[InputText(text="b"), InputText(text="c")])
+    )
+
+
 # ---- 9.6 ---------------------------------------------------------------------------------
 
 
