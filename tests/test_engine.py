@@ -686,16 +686,35 @@ async def test_a_handler_gets_every_event_in_order_and_finished_is_returned() ->
     async with open_engine() as engine:
         with trio.fail_after(30):
             texts: list[str] = []
+            finishes: list[Finished] = []
 
             def handle(event: CellEvent) -> None:
                 if isinstance(event, TextOutput):
                     texts.append(event.text)
+                elif isinstance(event, Finished):
+                    assert texts == [str(i) for i in range(50)]  # in order: output first
+                    finishes.append(event)
 
             source = "for (let i = 0; i < 50; i++) { text(String(i)); await null; }"
             with engine.start_cell(source) as cell:
                 finished = await cell.handle_until_finished(handle)
     assert finished.outcome is Outcome.OK
     assert texts == [str(i) for i in range(50)]
+    assert finishes == [finished]
+
+
+async def test_a_handler_gets_what_was_published_before_it_was_set() -> None:
+    # The cell finishes while nobody handles its events: the handler gets them all, its
+    # `Finished` included, in the task that calls it.
+    async with open_engine() as engine:
+        with trio.fail_after(30):
+            with engine.start_cell('text("early")') as cell:
+                seen: list[CellEvent] = []
+                while not any(isinstance(event, Finished) for event in cell._pending):
+                    await trio.lowlevel.checkpoint()  # the collector files the events meanwhile
+                finished = await cell.handle_until_finished(seen.append)
+    assert [type(event) for event in seen] == [Started, TextOutput, Finished]
+    assert seen[-1] is finished
 
 
 async def test_a_failing_handler_fails_its_own_cell_task_only() -> None:

@@ -51,6 +51,29 @@ async def test_yield_timer_preempts_buffered_runtime_output(
     )
 
 
+async def test_the_observation_that_takes_a_completion_has_closed_the_cell(
+    session: Session, delegate: RecordingDelegate
+) -> None:
+    # Reference-runtime 5.4, step 6: once its completion is delivered, the cell is gone and its
+    # `cell_closed` has run, before the observer's caller goes on (an initial response, then a
+    # wait after a yield).
+    with trio.fail_after(10):
+        first = await run(session, delegate, 'text("one")')
+        closed_after_first = list(delegate.closed)
+        yielded = await run(session, delegate, 'yield_control(); await null; text("two")')
+        outcome = await session.wait(wait_request(cell_id="2"))
+        closed_after_wait = list(delegate.closed)
+        later = await session.wait(wait_request(cell_id="2"))
+    assert first == Completed(cell_id="1", content_items=[InputText(text="one")])
+    assert closed_after_first == ["1"]
+    assert yielded == Yielded(cell_id="2", content_items=[])
+    assert outcome == LiveCell(
+        response=Completed(cell_id="2", content_items=[InputText(text="two")])
+    )
+    assert closed_after_wait == ["1", "2"]
+    assert isinstance(later, MissingCell)
+
+
 # In-process only (documented in docs/python-api.md, "In-process and process providers"): with
 # a host, the initial observation starts on the host at once, so the completion of a short cell
 # usually wins the race against a terminate sent right after execute.

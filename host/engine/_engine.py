@@ -9,8 +9,9 @@ A cell task then loops on `await cell.next_events()`, or hands its events to a h
 
 `handle_until_finished` runs the handler in the collector's task while the cell task waits,
 so that an event costs no pass of the scheduler to reach the cell (a tool call leaves for its
-delegate in the step that drained it); only `Finished` wakes the cell task. An exception of
-the handler is raised in the cell task, never in the collector, which serves every cell.
+delegate in the step that drained it, a completion for its observer); only `Finished`, handled
+too, wakes the cell task. An exception of the handler is raised in the cell task, never in the
+collector, which serves every cell.
 
 Resource handling: each `EngineCell` owns a QuickJS runtime until `close()` (or the end of a
 `with` block); `open_engine` closes the engine on exit, which interrupts every cell still
@@ -122,38 +123,45 @@ class EngineCell:
 
     def _deliver(self, event: CellEvent) -> None:
         handle = self._handle
-        if handle is not None and not isinstance(event, Finished):
+        if handle is not None:
             try:
                 handle(event)
             except Exception as error:
                 self._failure = error  # raised by the cell task (its handler stops here)
                 self._handle = None
             else:
-                return
+                if not isinstance(event, Finished):
+                    return
+                self._handle = None  # handled: the cell task returns it, handling nothing more
         self._pending.append(event)
         if self._wakeup is not None:
             self._wakeup.set()
 
     async def handle_until_finished(self, handle: Callable[[CellEvent], None]) -> Finished:
         """Hand every event to `handle` (in the collector's task while this one waits) until
-        `Finished`, which is returned; an exception of `handle` is raised here."""
-        while True:
-            for index, event in enumerate(events := await self.next_events()):
-                if isinstance(event, Finished):
-                    self._pending[:0] = events[index + 1 :]  # nothing follows it; kept anyway
-                    return event
-                handle(event)
-            self._handle = handle  # the events that come while this task waits
-            try:
-                while not self._pending:
-                    self._wakeup = trio.Event()
-                    await self._wakeup.wait()
-                    self._wakeup = None
-            finally:
-                self._handle = None
-            if self._failure is not None:
-                failure, self._failure = self._failure, None
-                raise failure
+        `Finished`, which is handled too and returned; an exception of `handle` is raised
+        here."""
+        events, self._pending = self._pending, []
+        for index, event in enumerate(events):  # published before the handler was set
+            handle(event)
+            if isinstance(event, Finished):
+                self._pending[:0] = events[index + 1 :]  # nothing follows it; kept anyway
+                await trio.lowlevel.checkpoint()
+                return event
+        self._handle = handle  # from now on, every event reaches it in the collector
+        try:
+            while not self._pending:
+                self._wakeup = trio.Event()
+                await self._wakeup.wait()
+                self._wakeup = None
+        finally:
+            self._handle = None
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
+        finished = self._pending.pop(0)  # what woke this task: the Finished it handled
+        assert isinstance(finished, Finished)
+        return finished
 
     async def next_events(self) -> list[CellEvent]:
         """Wait until the cell has published something; return everything it has published."""

@@ -190,6 +190,16 @@ class CellCalls:
 
     # ---- ending ------------------------------------------------------------------------
 
+    @property
+    def notifications_delivered(self) -> bool:
+        """No notification is held back or in flight."""
+        return not self._held and self._notifications.idle
+
+    @property
+    def idle(self) -> bool:
+        """No call is held back or running."""
+        return not self._held and self._notifications.idle and self._tools.idle
+
     async def deliver_notifications(self) -> None:
         """Wait until every notification made so far was delivered (or cancelled): the held
         ones start when their observer answered, which it is about to do."""

@@ -14,7 +14,9 @@ Rules (reference-runtime section 5):
    included), never after termination or shutdown.
 3. A completion nobody observes stays buffered: the next `wait` gets it at once, and a
    `terminate` claims it instead of terminating.
-4. `cell_closed` runs exactly once, last, after the cell left the session's registry.
+4. `cell_closed` runs exactly once, last, after the cell left the session's registry. An
+   observer that takes the completion closes the cell itself, before it returns (reference-
+   runtime 5.4, step 6); the cell task closes it in every other case.
 5. The initial observation belongs to the `StartedCell`: awaited once, or released (explicitly,
    or when the `StartedCell` is dropped, or when its await is cancelled); after that, `wait`s
    observe the cell and nothing the initial observation did not take is lost.
@@ -22,6 +24,9 @@ Rules (reference-runtime section 5):
    reach the engine through the frontier, which holds them while the cell is paused.
 7. The cell is admitted holding an active-cell slot (`_admission`) and gives it back when its
    lifecycle leaves the ACTIVE states, in `_move`, the one place its lifecycle changes.
+8. The engine's events, `Finished` included, are handled in the collector's step
+   (`EngineCell.handle_until_finished`): a cell with no call left to wait for completes there
+   and wakes its observer, without a pass of the cell task between.
 """
 
 from __future__ import annotations
@@ -260,12 +265,11 @@ class RuntimeCell:
                 if self.lifecycle is Lifecycle.RUNNING and observer.deadline is not None:
                     deadline = observer.deadline
                 observer.wake = trio.Event()
-                if deadline == math.inf:  # no scope to enter and leave: the common case
+                with trio.CancelScope(deadline=deadline) as observer.waiting:
                     await observer.wake.wait()
-                    continue
-                with trio.move_on_at(deadline):
-                    await observer.wake.wait()
+                observer.waiting = None
         finally:
+            observer.waiting = None
             self._detach(observer)
 
     def _detach(self, observer: Observer) -> None:
@@ -289,7 +293,11 @@ class RuntimeCell:
             return self._yielded(observer.boundary)
         if self.lifecycle is Lifecycle.COMPLETED:
             completion = self._take_completion(self._budget)
-            if observer.frontier and isinstance(completion, Yielded):
+            if isinstance(completion, Completed):
+                # Delivered: the cell closes now (reference-runtime 5.4, step 6), as its task
+                # would a pass of the scheduler later.
+                self._close()
+            elif observer.frontier:
                 # Past the budget: the rest and the completion follow, and a frontier
                 # observer never yields.
                 return self._pending(completion.content_items, [])
@@ -334,8 +342,10 @@ class RuntimeCell:
         if self.lifecycle is Lifecycle.COMPLETED:
             completion = self._take_completion(None)
             assert isinstance(completion, Completed)
+            await trio.lowlevel.cancel_shielded_checkpoint()  # the completion is taken
             return LiveCell(response=completion)
         if self.lifecycle not in (Lifecycle.RUNNING, Lifecycle.DRAINING):
+            await trio.lowlevel.checkpoint()
             raise AlreadyTerminatingError(self.cell_id)
         self._begin_termination("terminated")
         await self.closed.wait()
@@ -369,35 +379,29 @@ class RuntimeCell:
     async def run(self) -> None:
         """The cell's task: run the JavaScript, finish the cell, close it."""
         try:
-            finished = await self._run_javascript()
-            if self.lifecycle is Lifecycle.RUNNING:
-                if finished.outcome is Outcome.INTERRUPTED:
-                    # Interrupted without a termination: the engine is shutting down.
-                    self._writes.clear()
-                    finished = Finished(Outcome.ERROR, "exec runtime ended unexpectedly")
-                elif finished.outcome is Outcome.CPU_LIMIT:
-                    self._writes.clear()  # cut off, as a termination is: nothing is committed
-                self._move(LifecycleTrigger.JS_FINISHED)
-                error_text = finished.error_text
-                if error_text is not None:
-                    error_text = name_the_callee(error_text, self._source)
-                await self._finish_naturally(error_text)
+            await self._run_javascript()
+            if self.lifecycle is Lifecycle.DRAINING:
+                await self._finish_naturally()
+            if self.lifecycle is Lifecycle.COMPLETED:
+                await self._claimed.wait()
             if self.lifecycle is Lifecycle.TERMINATING:
                 await self._finish_terminated()
         finally:
             self._close()
 
-    async def _run_javascript(self) -> Finished:
+    async def _run_javascript(self) -> None:
+        """Hand the engine's events to the handler until the JavaScript ended (its `Finished`
+        handled), or until a terminated turn is abandoned."""
         try:
             with self._js_wait:
-                return await self._engine_cell.handle_until_finished(self._handle_now)
+                await self._engine_cell.handle_until_finished(self._handle_now)
+                return
             logger.warning(
                 "exec cell %s did not stop within %.1f s of its termination (a native call"
                 " that does not poll interrupts): its turn is abandoned",
                 self.cell_id,
                 ABANDON_AFTER,
             )
-            return Finished(Outcome.INTERRUPTED, None)
         finally:
             self._js_running = False
             self._cancel_timers()
@@ -445,12 +449,15 @@ class RuntimeCell:
                 cleared = self._timers.pop(timer_id, None)
                 if cleared is not None:
                     cleared.cancel()
+            case Finished():
+                self._javascript_finished(event)
             case Started():
                 if observer is not None:
                     observer.start_window(now)
                     if observer.expired(now):
                         self._mark_boundary(observer)
-                    observer.wake.set()
+                    elif self.lifecycle is Lifecycle.RUNNING:
+                        observer.arm()
 
     async def _run_timer(self, timer_id: int, delay_ms: int, scope: trio.CancelScope) -> None:
         with scope:
@@ -462,19 +469,42 @@ class RuntimeCell:
         if self._js_running and self.lifecycle is Lifecycle.RUNNING:
             self._engine_cell.fire_timer(timer_id)
 
-    async def _finish_naturally(self, error_text: str | None) -> None:
+    def _javascript_finished(self, finished: Finished) -> None:
+        """The handler's `Finished`: the cell drains, and completes at once when no call is
+        left to wait for (no pass of the scheduler between its end and its observer)."""
+        self._js_running = False
+        self._cancel_timers()
+        if self.lifecycle is not Lifecycle.RUNNING:
+            return  # terminating: the cell task finishes the termination
+        if finished.outcome is Outcome.INTERRUPTED:
+            # Interrupted without a termination: the engine is shutting down.
+            self._writes.clear()
+            finished = Finished(Outcome.ERROR, "exec runtime ended unexpectedly")
+        elif finished.outcome is Outcome.CPU_LIMIT:
+            self._writes.clear()  # cut off, as a termination is: nothing is committed
+        self._move(LifecycleTrigger.JS_FINISHED)
+        error_text = finished.error_text
+        if error_text is not None:
+            error_text = name_the_callee(error_text, self._source)
+        self._completion_error = error_text
+        if self._calls.notifications_delivered:
+            self._calls.cancel_tools("the cell completed")
+            if self._calls.idle:
+                self._drained()
+
+    async def _finish_naturally(self) -> None:
         # Notifications in flight are delivered (a termination meanwhile cancels them), then
         # tool calls still pending are cancelled: their results can no longer matter.
         await self._calls.deliver_notifications()
         self._calls.cancel_tools("the cell completed")
         await self._calls.wait_idle()
-        if self.lifecycle is not Lifecycle.DRAINING:
-            return  # terminated meanwhile
+        if self.lifecycle is Lifecycle.DRAINING:  # else terminated meanwhile
+            self._drained()
+
+    def _drained(self) -> None:
         self._commit(self._writes)
-        self._completion_error = error_text
         self._move(LifecycleTrigger.DRAINED)
         self._wake_observer()
-        await self._claimed.wait()
 
     async def _finish_terminated(self) -> None:
         await self._calls.wait_idle()
@@ -484,6 +514,8 @@ class RuntimeCell:
         self._wake_observer()
 
     def _close(self) -> None:
+        if self.closed.is_set():
+            return  # closed at its claim
         self._js_running = False
         self._engine_cell.close()
         self._calls.cancel("the cell closed")

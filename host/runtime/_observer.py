@@ -57,13 +57,15 @@ class Observer:
         boundary: set when it must yield with the first `boundary` buffered items.
     """
 
-    __slots__ = ("boundary", "deadline", "wake", "window_ms")
+    __slots__ = ("boundary", "deadline", "waiting", "wake", "window_ms")
 
     def __init__(self, window_ms: int | None, *, start_now: bool) -> None:
         self.window_ms = window_ms
         self.deadline: float | None = None
         self.boundary: int | None = None
         self.wake = trio.Event()
+        self.waiting: trio.CancelScope | None = None
+        """The scope its task waits in, if it waits: `arm()` gives it the deadline."""
         if start_now:
             self.start_window(trio.current_time())
 
@@ -75,6 +77,12 @@ class Observer:
     def start_window(self, now: float) -> None:
         if self.deadline is None and self.window_ms is not None:
             self.deadline = now + self.window_ms / 1000
+
+    def arm(self) -> None:
+        """The window started while the observer's task waits: it wakes at the deadline
+        (not now, to set it itself: that cost every cell a step of its observer)."""
+        if self.waiting is not None and self.deadline is not None:
+            self.waiting.deadline = self.deadline
 
     def expired(self, now: float) -> bool:
         return self.deadline is not None and now >= self.deadline
