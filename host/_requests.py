@@ -245,6 +245,10 @@ class Requests:
                 case OpenSession():
                     result = self._open(request)
                 case Terminate(session_id=session_id, cell_id=cell_id):
+                    # A pass first: every request read before this one (a wait of the same
+                    # cell) takes its first step before the termination takes effect, whatever
+                    # order trio runs the tasks of one batch in.
+                    await trio.lowlevel.checkpoint()
                     outcome = await self._sessions[session_id].terminate(cell_id)
                     result = Ok(value=WaitCompleted(outcome=_timed_outcome(outcome, started)))
                 case ListCells(session_id=session_id):

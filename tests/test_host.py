@@ -11,10 +11,11 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import msgspec
 import pytest
 import trio
 import trio.testing
@@ -385,6 +386,61 @@ async def test_cell_closed_is_never_sent_before_the_initial_response() -> None:
             "InitialResponse",
             "CellClosed",
         ]
+
+
+async def test_a_wait_read_with_a_later_terminate_observes_the_termination() -> None:
+    # Both requests arrive in one read: the wait, sent first, attaches before the terminate
+    # takes effect, whatever order the host's scheduler runs their tasks in (ten cells: a
+    # host that let the terminate go first half of the time fails this almost surely).
+    source = "yield_control(); await new Promise(() => {})"
+    encoder = FrameEncoder()
+    async with raw_host() as client:
+        await handshake(client)
+        await client.request(1, OpenSession(session_id="s"))
+        for round in range(10):
+            cell_id = str(round + 1)
+            execute, wait, terminate = 10 * round + 2, 10 * round + 3, 10 * round + 4
+            request = ExecuteRequest(tool_call_id="c", source=source, yield_time_ms=LONG_MS)
+            await client.send(
+                OperationRequest(id=execute, request=Execute(session_id="s", request=request))
+            )
+            started = await client.receive()
+            assert started == OperationResponse(
+                id=execute, result=Ok(value=ExecutionStarted(cell_id=cell_id))
+            )
+            initial = await client.receive()
+            assert isinstance(initial, InitialResponse), initial
+            both = encoder.encode(
+                OperationRequest(
+                    id=wait,
+                    request=Wait(session_id="s", request=WaitRequest(cell_id=cell_id)),
+                )
+            ) + encoder.encode(
+                OperationRequest(id=terminate, request=Terminate(session_id="s", cell_id=cell_id))
+            )
+            await client.send_raw(both)
+            frames = [await client.receive() for _ in range(3)]
+            responses = {f.id: f.result for f in frames if isinstance(f, OperationResponse)}
+            terminated = Ok(
+                value=WaitCompleted(
+                    outcome=LiveCell(response=Terminated(cell_id=cell_id, content_items=[]))
+                )
+            )
+            assert CellClosed(session_id="s", cell_id=cell_id) in frames
+            assert _without_durations(responses) == {wait: terminated, terminate: terminated}
+
+
+def _without_durations(responses: Mapping[int, object]) -> dict[int, object]:
+    """The responses with their `host_duration` cleared (it is the host's clock)."""
+    cleared: dict[int, object] = {}
+    for request_id, result in responses.items():
+        if isinstance(result, Ok) and isinstance(result.value, WaitCompleted):
+            outcome = result.value.outcome
+            assert isinstance(outcome, LiveCell), outcome
+            response = msgspec.structs.replace(outcome.response, host_duration=None)
+            result = Ok(value=WaitCompleted(outcome=LiveCell(response=response)))
+        cleared[request_id] = result
+    return cleared
 
 
 # ---- the process provider and its process ---------------------------------------------------
