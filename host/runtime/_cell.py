@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import math
 from collections.abc import Callable
 
 import trio
@@ -59,9 +58,6 @@ from codemode import (
     Completed,
     ContentItem,
     ExecuteRequest,
-    ImageDetail,
-    InputImage,
-    InputText,
     LiveCell,
     Pending,
     RuntimeResponse,
@@ -92,6 +88,7 @@ from ._phases import (
     Watch,
     WatchTrigger,
 )
+from ._timers import CellTimers
 
 logger = logging.getLogger("codemode.runtime")
 
@@ -150,8 +147,7 @@ class RuntimeCell:
             submit=self._frontier.submit,
             admission=admission,
         )
-        self._nursery = nursery
-        self._timers: dict[int, trio.CancelScope] = {}
+        self._timers = CellTimers(nursery, self._frontier.submit)
         self._js_running = True
         self._output = CellOutput(cell_id, engine_cell, max_response_bytes)
         self._writes: dict[str, bytes] = {}
@@ -261,15 +257,8 @@ class RuntimeCell:
                 response = self._response_for(observer)
                 if response is not None:
                     return response
-                deadline = math.inf
-                if self.lifecycle is Lifecycle.RUNNING and observer.deadline is not None:
-                    deadline = observer.deadline
-                observer.wake = trio.Event()
-                with trio.CancelScope(deadline=deadline) as observer.waiting:
-                    await observer.wake.wait()
-                observer.waiting = None
+                await observer.sleep(timed=self.lifecycle is Lifecycle.RUNNING)
         finally:
-            observer.waiting = None
             self._detach(observer)
 
     def _detach(self, observer: Observer) -> None:
@@ -404,15 +393,7 @@ class RuntimeCell:
             )
         finally:
             self._js_running = False
-            self._cancel_timers()
-
-    def _cancel_timers(self) -> None:
-        """The JavaScript ended: its timers never fire. (They run in the session's nursery,
-        each in its own scope, rather than in a nursery of the cell's: a nursery per cell cost
-        every cell a pass of the scheduler.)"""
-        for scope in self._timers.values():
-            scope.cancel()
-        self._timers.clear()
+            self._timers.cancel_all()
 
     def _handle_now(self, event: CellEvent) -> None:
         self._handle(event, trio.current_time())
@@ -423,10 +404,8 @@ class RuntimeCell:
             # The window ended before this event: the observation yields without it.
             self._mark_boundary(observer)
         match event:
-            case TextOutput(text=text):
-                self._output.append(InputText(text=text))
-            case ImageOutput(image_url=url, detail=detail):
-                self._output.append(InputImage(image_url=url, detail=ImageDetail(detail)))
+            case TextOutput() | ImageOutput():
+                self._output.add(event)
             case ToolCallRequested(call_id=call_id):
                 if self._calls.tool_call(event, hold=self.watch is Watch.YIELDING):
                     self._frontier.issued(f"tool-{call_id}")
@@ -442,13 +421,9 @@ class RuntimeCell:
                 if self._frontier.reached(event) and observer is not None:
                     observer.wake.set()
             case TimerStarted(timer_id=timer_id, delay_ms=delay_ms):
-                scope = trio.CancelScope()
-                self._timers[timer_id] = scope
-                self._nursery.start_soon(self._run_timer, timer_id, delay_ms, scope)
+                self._timers.start(timer_id, delay_ms, self._fire_timer)
             case TimerCleared(timer_id=timer_id):
-                cleared = self._timers.pop(timer_id, None)
-                if cleared is not None:
-                    cleared.cancel()
+                self._timers.clear(timer_id)
             case Finished():
                 self._javascript_finished(event)
             case Started():
@@ -459,12 +434,6 @@ class RuntimeCell:
                     elif self.lifecycle is Lifecycle.RUNNING:
                         observer.arm()
 
-    async def _run_timer(self, timer_id: int, delay_ms: int, scope: trio.CancelScope) -> None:
-        with scope:
-            await trio.sleep(delay_ms / 1000)
-            self._timers.pop(timer_id, None)
-            self._frontier.submit(lambda: self._fire_timer(timer_id))
-
     def _fire_timer(self, timer_id: int) -> None:
         if self._js_running and self.lifecycle is Lifecycle.RUNNING:
             self._engine_cell.fire_timer(timer_id)
@@ -473,7 +442,7 @@ class RuntimeCell:
         """The handler's `Finished`: the cell drains, and completes at once when no call is
         left to wait for (no pass of the scheduler between its end and its observer)."""
         self._js_running = False
-        self._cancel_timers()
+        self._timers.cancel_all()
         if self.lifecycle is not Lifecycle.RUNNING:
             return  # terminating: the cell task finishes the termination
         if finished.outcome is Outcome.INTERRUPTED:

@@ -24,6 +24,7 @@ Rules:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import trio
@@ -78,8 +79,19 @@ class Observer:
         if self.deadline is None and self.window_ms is not None:
             self.deadline = now + self.window_ms / 1000
 
+    async def sleep(self, *, timed: bool) -> None:
+        """Until `wake` is set, or (if `timed`) until the deadline, also one `arm()` sets
+        meanwhile."""
+        self.wake = trio.Event()
+        deadline = self.deadline if timed and self.deadline is not None else math.inf
+        try:
+            with trio.CancelScope(deadline=deadline) as self.waiting:
+                await self.wake.wait()
+        finally:
+            self.waiting = None
+
     def arm(self) -> None:
-        """The window started while the observer's task waits: it wakes at the deadline
+        """The window started while the observer's task sleeps: it wakes at the deadline
         (not now, to set it itself: that cost every cell a step of its observer)."""
         if self.waiting is not None and self.deadline is not None:
             self.waiting.deadline = self.deadline

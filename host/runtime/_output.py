@@ -1,4 +1,5 @@
-"""The output a cell printed and no observation took yet.
+"""The output a cell printed (its engine's output events, as content items) and no observation
+took yet.
 
 Rules:
 1. Items leave in order, and only whole: an observation takes the first items that fit its
@@ -11,9 +12,9 @@ Rules:
 
 from __future__ import annotations
 
-from codemode_host.engine import EngineCell
+from codemode_host.engine import EngineCell, ImageOutput, TextOutput
 
-from codemode import ContentItem
+from codemode import ContentItem, ImageDetail, InputImage, InputText
 from codemode.errors import FrameLimitError
 
 from ._observer import fitting, item_bytes
@@ -44,8 +45,13 @@ class CellOutput:
         """The bytes the items take, as a response counts them."""
         return sum(item_bytes(item) for item in self._items)
 
-    def append(self, item: ContentItem) -> None:
-        self._items.append(item)
+    def add(self, event: TextOutput | ImageOutput) -> None:
+        """The item a `text()` or an `image()` of the cell made."""
+        if isinstance(event, TextOutput):
+            self._items.append(InputText(text=event.text))
+        else:
+            detail = ImageDetail(event.detail)
+            self._items.append(InputImage(image_url=event.image_url, detail=detail))
 
     def fits(self, budget: int | None) -> bool:
         """Whether every item fits in one observation of `budget` bytes."""
