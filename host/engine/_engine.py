@@ -70,7 +70,6 @@ def default_heap_budget() -> int:
 
 _PRELUDE = Path(__file__).with_name("prelude.js").read_bytes()
 
-
 # How `settle_tool` settles a call (the extension's `enum settle_kind`).
 _SETTLE_REJECT = 0
 _SETTLE_JSON = 1

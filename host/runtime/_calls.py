@@ -197,13 +197,14 @@ class CellCalls:
 
     @property
     def idle(self) -> bool:
-        """No call is held back or running."""
-        return not self._held and self._notifications.idle and self._tools.idle
+        """No call is running (held ones are not counted: they start, or are dropped, when
+        their observer answered)."""
+        return self._notifications.idle and self._tools.idle
 
     async def deliver_notifications(self) -> None:
         """Wait until every notification made so far was delivered (or cancelled): the held
         ones start when their observer answered, which it is about to do."""
-        if not self._held and self._notifications.idle:
+        if self.notifications_delivered:
             return  # the common case, without a pass of the scheduler (the cell's end waits)
         while self._held:
             await self._released.wait()
@@ -238,7 +239,7 @@ class CellCalls:
 
     async def wait_idle(self) -> None:
         """Wait until every call returned, for at most `CLEANUP_GRACE` (DESIGN section 4)."""
-        if self._notifications.idle and self._tools.idle:
+        if self.idle:
             return  # the common case, without a scope or a pass of the scheduler
         with trio.move_on_after(CLEANUP_GRACE):
             await self._notifications.wait_idle()
