@@ -1,13 +1,18 @@
 // The surface a cell can reach, walked from globalThis and a few roots that only syntax
 // reaches (generator and async function prototypes, iterators, a CallSite), through every
 // own property (data values, getters and setters, without calling them) and every prototype.
-// Prints {surface: {path: own keys, sorted}, functions: [path of every function whose source
-// is not native code]}; an object is named by the first path that reached it (breadth first).
+// Prints {surface: {path: own keys, sorted}, functions: [path of every function that is not a
+// builtin]}; an object is named by the first path that reached it (breadth first). A builtin's
+// source is native code; the prelude's functions read as native code too (the engine drops
+// their source text), but keep their file name, `<prelude>`.
 // Used by tests/test_sandbox_surface.py; the walk itself runs before anything is patched.
 const ownKeys = Reflect.ownKeys;
 const describe = Reflect.getOwnPropertyDescriptor;
 const protoOf = Reflect.getPrototypeOf;
 const sourceOf = Function.prototype.toString;
+const fileOf = Reflect.getOwnPropertyDescriptor(Function.prototype, "fileName").get;
+const isBuiltin = (fn) =>
+  Reflect.apply(sourceOf, fn, []).includes("[native code]") && Reflect.apply(fileOf, fn, []) !== "<prelude>";
 const keyName = (key) => (typeof key === "symbol" ? `[${key.description}]` : key);
 
 const savedPrepare = Error.prepareStackTrace;
@@ -47,7 +52,7 @@ while (queue.length > 0) {
   if (!(typeof value === "function" && names.every((n) => n === "length" || n === "name"))) {
     surface[path] = names;
   }
-  if (typeof value === "function" && !Reflect.apply(sourceOf, value, []).includes("[native code]")) {
+  if (typeof value === "function" && !isBuiltin(value)) {
     functions.push(path);
   }
   for (const key of keys) {

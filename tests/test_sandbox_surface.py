@@ -9,8 +9,10 @@
   ECMAScript builtins of QuickJS-ng 0.17, reviewed: its non-standard extras are in `EXTRAS`).
   A new engine or prelude that adds a name fails here until the file is regenerated
   (`python -m tests.test_sandbox_surface > tests/sandbox_surface.json`) and reviewed.
-- No prelude helper is reachable: the only functions whose source is not native code are the
-  added globals and the enabled tools (and the prelude's `CallSite.getFunction` stand-in).
+- No prelude helper is reachable: the only functions that are not builtins are the added
+  globals and the enabled tools (and the prelude's `CallSite.getFunction` stand-in). The
+  prelude's functions read as native code, as V8's native helpers do (the engine drops their
+  source text), so the walk tells them from builtins by their file name, `<prelude>`.
 - `Function`, `eval` and dynamic `import()` reach nothing else: code they build sees the same
   global object, no host or OS name, and every import is refused.
 """
@@ -139,6 +141,19 @@ async def test_stack_frames_give_no_function(session: Session) -> None:
     kinds = set(json.loads(texts(response)[1]))
     assert kinds == {"undefined"}
     assert "outputText" in texts(response)[2]  # the helpers' frames were there, unreachable
+
+
+async def test_a_helper_reads_as_native_code(session: Session) -> None:
+    # The prelude's source text is not part of its bytecode: a helper shows no internals.
+    source = "text(String(text)); text(String(tools.echo)); text(String(setTimeout));"
+    with trio.fail_after(20):
+        response = await run(session, RecordingDelegate(), source, tools=TOOLS)
+    _succeeded(response)
+    assert texts(response) == [
+        "function text() {\n    [native code]\n}",
+        "function () {\n    [native code]\n}",
+        "function setTimeout() {\n    [native code]\n}",
+    ]
 
 
 BUILDERS = {
