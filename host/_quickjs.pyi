@@ -41,6 +41,7 @@ class Engine:
         self,
         workers: int,
         prelude: bytes,
+        images: bytes,
         max_workers: int,
         fault_events_after: int = -1,
         heap_budget: int = 0,

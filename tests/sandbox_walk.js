@@ -4,15 +4,18 @@
 // Prints {surface: {path: own keys, sorted}, functions: [path of every function that is not a
 // builtin]}; an object is named by the first path that reached it (breadth first). A builtin's
 // source is native code; the prelude's functions read as native code too (the engine drops
-// their source text), but keep their file name, `<prelude>`.
+// their source text), but keep their file name, `<prelude>` or `<prelude-images>`.
 // Used by tests/test_sandbox_surface.py; the walk itself runs before anything is patched.
 const ownKeys = Reflect.ownKeys;
 const describe = Reflect.getOwnPropertyDescriptor;
 const protoOf = Reflect.getPrototypeOf;
 const sourceOf = Function.prototype.toString;
 const fileOf = Reflect.getOwnPropertyDescriptor(Function.prototype, "fileName").get;
-const isBuiltin = (fn) =>
-  Reflect.apply(sourceOf, fn, []).includes("[native code]") && Reflect.apply(fileOf, fn, []) !== "<prelude>";
+const isBuiltin = (fn) => {
+  const file = Reflect.apply(fileOf, fn, []);
+  const fromPrelude = typeof file === "string" && file.startsWith("<prelude");
+  return Reflect.apply(sourceOf, fn, []).includes("[native code]") && !fromPrelude;
+};
 const keyName = (key) => (typeof key === "symbol" ? `[${key.description}]` : key);
 
 const savedPrepare = Error.prepareStackTrace;

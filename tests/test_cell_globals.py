@@ -265,6 +265,33 @@ async def test_image_errors(engine: Engine, call: str, expected: str) -> None:
     assert run.images == []
 
 
+async def test_image_helpers_read_after_patched_builtins_use_the_originals(engine: Engine) -> None:
+    # The engine reads the image helpers at a cell's first image call, after its code ran.
+    run = await run_cell(
+        engine,
+        """
+        const broken = () => { throw new Error("patched"); };
+        JSON.stringify = broken;
+        JSON.parse = broken;
+        Array.isArray = broken;
+        Array.prototype[Symbol.iterator] = broken;
+        Object.create = broken;
+        String.prototype.toLowerCase = broken;
+        String.prototype.slice = broken;
+        Object.defineProperty(Object.prototype, "image", { set: broken, get: broken });
+        image({ type: "image", data: "AAAA", mimeType: "image/png" }, "LOW");
+        generatedImage({ image_url: "data:image/gif;base64,R0", output_hint: "hint" });
+        try { image({ type: "audio" }); } catch (e) { text(e); }
+        """,
+    )
+    assert run.error is None, run.error
+    assert run.images == [
+        ImageOutput("data:image/png;base64,AAAA", "low"),
+        ImageOutput("data:image/gif;base64,R0", "high"),
+    ]
+    assert run.texts == ["hint", 'image only accepts MCP image blocks, got "audio"']
+
+
 async def test_generated_image_appends_image_then_hint(engine: Engine) -> None:
     run = await run_cell(engine, f'generatedImage({{ image_url: "{PNG}", output_hint: "a cat" }})')
     assert run.images == [ImageOutput(PNG, "high")]

@@ -12,7 +12,8 @@
 - No prelude helper is reachable: the only functions that are not builtins are the added
   globals and the enabled tools (and the prelude's `CallSite.getFunction` stand-in). The
   prelude's functions read as native code, as V8's native helpers do (the engine drops their
-  source text), so the walk tells them from builtins by their file name, `<prelude>`.
+  source text), so the walk tells them from builtins by their file name (`<prelude>`,
+  `<prelude-images>`).
 - `Function`, `eval` and dynamic `import()` reach nothing else: code they build sees the same
   global object, no host or OS name, and every import is refused.
 """

@@ -69,6 +69,7 @@ def default_heap_budget() -> int:
 
 
 _PRELUDE = Path(__file__).with_name("prelude.js").read_bytes()
+_PRELUDE_IMAGES = Path(__file__).with_name("prelude_images.js").read_bytes()
 
 # How `settle_tool` settles a call (the extension's `enum settle_kind`).
 _SETTLE_REJECT = 0
@@ -415,6 +416,7 @@ async def open_engine(
     native = _quickjs.Engine(
         workers,
         _PRELUDE,
+        _PRELUDE_IMAGES,
         max(max_workers, workers),
         -1 if fault_events_after is None else fault_events_after,
         default_heap_budget() if heap_budget is None else heap_budget,

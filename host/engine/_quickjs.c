@@ -218,6 +218,9 @@ struct engine {
     /* prelude.js compiled once per engine; each cell reads the bytecode instead of parsing. */
     uint8_t *prelude;
     size_t prelude_len;
+    /* prelude_images.js, compiled likewise; read only by a cell that shows an image. */
+    uint8_t *images;
+    size_t images_len;
 
     /* Prepared cells (rule 9), guarded by lock. */
     cell_t *prepared;
@@ -604,6 +607,7 @@ enum hook {
     HOOK_TIMER_SET,
     HOOK_TIMER_CLEAR,
     HOOK_EXIT,
+    HOOK_LOAD_IMAGES,
 };
 
 /* Bytes an output item counts for, as the runtime counts them (`_observer.item_bytes`). */
@@ -695,13 +699,19 @@ static JSValue native_hook(JSContext *ctx, JSValueConst this_val, int argc, JSVa
     case HOOK_EXIT:
         c->exit_requested = true;
         break;
+    case HOOK_LOAD_IMAGES: {
+        /* prelude_images.js's factory: the prelude calls it with its kit, once per cell. */
+        engine_t *e = c->engine;
+        JSValue factory = JS_ReadObject(ctx, e->images, e->images_len, JS_READ_OBJ_BYTECODE);
+        return JS_IsException(factory) ? factory : JS_EvalFunction(ctx, factory);
+    }
     }
     return JS_UNDEFINED;
 }
 
 static const char *const hook_names[] = {
     "text", "image", "notify", "toolCall", "store", "yieldControl", "timerSet", "timerClear",
-    "exit",
+    "exit", "loadImages",
 };
 
 /* ---------------------------------------------------------------------------------------- */
@@ -1487,9 +1497,10 @@ static command_t *new_command(int kind)
     return cmd;
 }
 
-/* Compiles the prelude in a scratch runtime; returns malloc'd bytecode, or NULL with a Python
-   exception set. */
-static uint8_t *compile_prelude(const char *source, size_t len, size_t *out_len)
+/* Compiles a prelude script in a scratch runtime; returns malloc'd bytecode, or NULL with a
+   Python exception set. */
+static uint8_t *compile_prelude(const char *source, size_t len, const char *filename,
+                                size_t *out_len)
 {
     JSRuntime *rt = JS_NewRuntime();
     JSContext *ctx = rt ? JS_NewContext(rt) : NULL;
@@ -1500,12 +1511,12 @@ static uint8_t *compile_prelude(const char *source, size_t len, size_t *out_len)
         PyErr_NoMemory();
         return NULL;
     }
-    JSValue fn = JS_Eval(ctx, source, len, "<prelude>",
+    JSValue fn = JS_Eval(ctx, source, len, filename,
                          JS_EVAL_TYPE_GLOBAL | JS_EVAL_FLAG_STRICT | JS_EVAL_FLAG_COMPILE_ONLY);
     if (JS_IsException(fn)) {
         JSValue exc = JS_GetException(ctx);
         const char *text = JS_ToCString(ctx, exc);
-        PyErr_Format(PyExc_ValueError, "the prelude does not compile: %s", text ? text : "?");
+        PyErr_Format(PyExc_ValueError, "%s does not compile: %s", filename, text ? text : "?");
         JS_FreeCString(ctx, text);
         JS_FreeValue(ctx, exc);
     } else {
@@ -1529,32 +1540,37 @@ static uint8_t *compile_prelude(const char *source, size_t len, size_t *out_len)
     return copy;
 }
 
-/* Engine(workers, prelude, max_workers, fault_events_after=-1) */
+/* Engine(workers, prelude, images, max_workers, fault_events_after=-1, heap_budget=0,
+          prepared_cells=0) */
 static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"workers",     "prelude",        "max_workers", "fault_events_after",
-                             "heap_budget", "prepared_cells", NULL};
+    static char *kwlist[] = {"workers",     "prelude",        "images",
+                             "max_workers", "fault_events_after", "heap_budget",
+                             "prepared_cells", NULL};
     int workers, max_workers, prepared_cells = 0;
     long long fault_events_after = -1;
     unsigned long long heap_budget = 0;
-    Py_buffer prelude;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iy*i|LKi", kwlist, &workers, &prelude,
-                                     &max_workers, &fault_events_after, &heap_budget,
+    Py_buffer prelude, images;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iy*y*i|LKi", kwlist, &workers, &prelude,
+                                     &images, &max_workers, &fault_events_after, &heap_budget,
                                      &prepared_cells))
         return -1;
     if (prepared_cells < 0 || prepared_cells > 1024) {
         PyBuffer_Release(&prelude);
+        PyBuffer_Release(&images);
         PyErr_Format(PyExc_ValueError, "need 0 <= prepared_cells <= 1024, got %d",
                      prepared_cells);
         return -1;
     }
     if (self->engine) {
         PyBuffer_Release(&prelude);
+        PyBuffer_Release(&images);
         PyErr_SetString(PyExc_RuntimeError, "Engine.__init__ called twice");
         return -1;
     }
     if (workers < 1 || max_workers < workers || max_workers > 1024) {
         PyBuffer_Release(&prelude);
+        PyBuffer_Release(&images);
         PyErr_Format(PyExc_ValueError,
                      "need 1 <= workers <= max_workers <= 1024, got workers=%d, max_workers=%d",
                      workers, max_workers);
@@ -1563,6 +1579,7 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds)
     engine_t *e = calloc(1, sizeof(engine_t));
     if (!e) {
         PyBuffer_Release(&prelude);
+        PyBuffer_Release(&images);
         PyErr_NoMemory();
         return -1;
     }
@@ -1571,9 +1588,14 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds)
     e->heap_budget = (size_t)heap_budget;
     atomic_init(&e->heap_total, 0);
     e->fault_events_after = fault_events_after < 0 ? -1 : fault_events_after;
-    e->prelude = compile_prelude(prelude.buf, (size_t)prelude.len, &e->prelude_len);
+    e->prelude = compile_prelude(prelude.buf, (size_t)prelude.len, "<prelude>", &e->prelude_len);
+    if (e->prelude)
+        e->images = compile_prelude(images.buf, (size_t)images.len, "<prelude-images>",
+                                    &e->images_len);
     PyBuffer_Release(&prelude);
-    if (!e->prelude) {
+    PyBuffer_Release(&images);
+    if (!e->images) {
+        free(e->prelude);
         free(e);
         return -1;
     }
@@ -1588,6 +1610,7 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds)
         if (e->efd >= 0)
             close(e->efd);
         free(e->prelude);
+        free(e->images);
         free(e->threads);
         free(e);
         return -1;
@@ -1705,6 +1728,7 @@ static void Engine_dealloc(EngineObject *self)
         pthread_cond_destroy(&e->prepare_wanted);
         pthread_mutex_destroy(&e->ev_lock);
         free(e->prelude);
+        free(e->images);
         free(e->threads);
         free(e);
     }

@@ -10,7 +10,8 @@
  * configurer with the cell's configuration ({tools: [{name, description}], stored: {key: "<JSON
  * text>"}, store_load: bool, stored_limit: number}): it adds the globals (`store` and `load`
  * only with store_load) and returns the dispatcher through which the binding settles tool calls
- * and fires timers. Nothing cell-specific happens before the configurer runs.
+ * and fires timers. Nothing cell-specific happens before the configurer runs. The image helpers
+ * are in prelude_images.js, which the binding reads only for a cell that calls one.
  *
  * Rules:
  * 1. The hooks and all bookkeeping live in this closure: cell code can neither reach nor
@@ -49,19 +50,6 @@
   const toHex = Number.prototype.toString;
 
   const EXIT_SENTINEL = "__codex_code_mode_exit__";
-  const IMAGE_DETAILS = ["auto", "low", "high", "original"];
-  const IMAGE_GENERIC_ERROR =
-    "image expects a non-empty image URL string, an object with image_url and optional detail, or a raw MCP image block";
-  const REMOTE_IMAGE_ERROR =
-    "Tool call failed: remote image URLs are not supported in tool outputs. Pass a base64 data URI instead";
-  const DETAIL_TYPE_ERROR = "image detail must be a string when provided";
-
-  const lowerPrefix = (value, length) => apply(toLowerCase, apply(sliceString, value, [0, length]), []);
-
-  function isImageDetail(value) {
-    for (let i = 0; i < IMAGE_DETAILS.length; i++) if (IMAGE_DETAILS[i] === value) return true;
-    return false;
-  }
 
   // ---- text of values ------------------------------------------------------------------
 
@@ -158,93 +146,28 @@
     native.text(outputText(value));
   }
 
-  function imageFromObject(item) {
-    const url = item.image_url;
-    if (typeof url !== "string") throw IMAGE_GENERIC_ERROR;
-    const detail = item.detail;
-    if (detail === null || detail === undefined) return [url, undefined];
-    if (typeof detail !== "string") throw DETAIL_TYPE_ERROR;
-    return [url, detail];
-  }
+  // The image helpers are in prelude_images.js, which the binding reads when a cell first calls
+  // one (most never do). It reads no global: it gets the builtins it needs from here, captured
+  // before cell code ran (the kit is a literal: `nullObject` would call the cell's Object.create).
+  let imageHelpers;
 
-  function imageFromMcpBlock(item) {
-    let block;
-    try {
-      block = parseJson(stringify(item));
-    } catch {
-      throw IMAGE_GENERIC_ERROR;
+  function images() {
+    if (imageHelpers === undefined) {
+      const kit = {
+        __proto__: null, apply, stringify, parseJson, isArray, toLowerCase, sliceString,
+        debugQuote, native,
+      };
+      imageHelpers = native.loadImages()(kit);
     }
-    if (block === null || typeof block !== "object" || isArray(block)) throw IMAGE_GENERIC_ERROR;
-    if (typeof block.type !== "string") throw IMAGE_GENERIC_ERROR;
-    if (block.type !== "image") {
-      throw `image only accepts MCP image blocks, got ${debugQuote(block.type)}`;
-    }
-    const data = block.data;
-    if (typeof data !== "string" || data === "") throw "image expected MCP image data";
-    let url = data;
-    if (lowerPrefix(data, 5) !== "data:") {
-      let mime = "application/octet-stream";
-      if (typeof block.mimeType === "string" && block.mimeType !== "") mime = block.mimeType;
-      else if (typeof block.mime_type === "string" && block.mime_type !== "") {
-        mime = block.mime_type;
-      }
-      url = `data:${mime};base64,${data}`;
-    }
-    const meta = block._meta;
-    let detail;
-    if (meta !== null && typeof meta === "object" && !isArray(meta)) {
-      const requested = meta["codex/imageDetail"];
-      if (isImageDetail(requested)) detail = requested;
-    }
-    return [url, detail];
-  }
-
-  // Section 3.5, steps 2 to 4: the image URL and detail of an image helper's argument.
-  function imageItem(item, override) {
-    let url, embedded;
-    if (typeof item === "string") {
-      url = item;
-    } else if (item !== null && typeof item === "object" && !isArray(item)) {
-      [url, embedded] = item.image_url !== undefined ? imageFromObject(item) : imageFromMcpBlock(item);
-    } else {
-      throw IMAGE_GENERIC_ERROR;
-    }
-    if (url === "") throw IMAGE_GENERIC_ERROR;
-    if (lowerPrefix(url, 7) === "http://" || lowerPrefix(url, 8) === "https://") {
-      throw REMOTE_IMAGE_ERROR;
-    }
-    const requested = override !== undefined ? override : embedded;
-    let detail = "high";
-    if (requested !== undefined) {
-      detail = apply(toLowerCase, requested, []);
-      if (!isImageDetail(detail)) {
-        throw "image detail must be one of: auto, low, high, original";
-      }
-    }
-    return [url, detail];
+    return imageHelpers;
   }
 
   function image(imageUrlOrItem, detail) {
-    let override;
-    if (arguments.length >= 2 && detail !== null && detail !== undefined) {
-      if (typeof detail !== "string") throw DETAIL_TYPE_ERROR;
-      override = detail;
-    }
-    const [url, resolved] = imageItem(imageUrlOrItem, override);
-    native.image(url, resolved);
+    images().image(arguments.length, imageUrlOrItem, detail);
   }
 
   function generatedImage(result) {
-    if (result === null || typeof result !== "object") {
-      throw "generatedImage expects an image generation result object";
-    }
-    const hint = result.output_hint;
-    if (hint !== undefined && typeof hint !== "string") {
-      throw "generatedImage output_hint must be a string when provided";
-    }
-    const [url, detail] = imageItem(result, undefined);
-    native.image(url, detail);
-    if (hint !== undefined) native.text(hint);
+    images().generatedImage(result);
   }
 
   function notify(value) {
