@@ -8,7 +8,8 @@
 - cell creation, timed on the worker (`Started.setup_ns`): on the critical path (the cell takes
   a prepared runtime, waited for before each start, and installs its globals) and whole
   (`prepared_cells=0`: runtime, context, prelude and globals, the CPU a prepared cell costs in
-  all), against the wheel's `Context()` + `eval("1")` + free, from Python.
+  all), against the wheel's `Context()` + `eval("1")` + free, from Python, timed after each
+  whole creation (interleaved: the VM's speed drifts by tens of percent within a minute).
 
 The wheel is the floor: the same QuickJS-ng version (the nox session pins it to the one the
 engine is built from), built by its maintainers. Goal (issue 10): `fib(30)` at least 1.5x
@@ -127,8 +128,13 @@ console.log(JSON.stringify(times));
     return timings
 
 
-async def _cell_creation(runs: int, *, prepared: bool) -> list[float]:
-    setups = []
+async def _cell_creation(
+    runs: int, *, prepared: bool, quickjs: ModuleType | None
+) -> tuple[list[float], list[float]]:
+    """Cell creations timed on the worker, and (with the wheel) a wheel context timed after each:
+    interleaved, so that the VM's drift in speed, which moves both by tens of percent within a
+    minute, moves them alike."""
+    setups, floors = [], []
     async with open_engine(prepared_cells=None if prepared else 0) as engine:
         for _ in range(runs):
             if prepared and not await engine.wait_prepared():
@@ -140,7 +146,9 @@ async def _cell_creation(runs: int, *, prepared: bool) -> list[float]:
             if not isinstance(events[0], Started):
                 raise WorkloadError(f"a cell's first event was not Started: {events[0]}")
             setups.append(events[0].setup_ns / 1e9)
-    return setups
+            if quickjs is not None:
+                floors.append(_wheel_context(quickjs))
+    return setups, floors
 
 
 async def figures(config: Config) -> list[Figure]:
@@ -172,9 +180,10 @@ async def figures(config: Config) -> list[Figure]:
                 note=None if quickjs else f"no floor: the {WHEEL} wheel is not installed",
             )
         )
-    critical = await _cell_creation(config.n(500, 100), prepared=True)
-    whole = await _cell_creation(config.n(500, 100), prepared=False)
-    wheel_contexts = [_wheel_context(quickjs) for _ in range(config.n(500, 100))] if quickjs else []
+    critical, _ = await _cell_creation(config.n(500, 100), prepared=True, quickjs=None)
+    whole, wheel_contexts = await _cell_creation(
+        config.n(500, 100), prepared=False, quickjs=quickjs
+    )
     floor = stats(wheel_contexts, US) if quickjs else None
     floor_label = f"{WHEEL} wheel, Context() + eval('1') + free, from Python" if quickjs else None
     note = None if quickjs else f"no floor: the {WHEEL} wheel is not installed"
