@@ -138,6 +138,40 @@ typedef struct finish_node {
     event_t ev;
 } finish_node_t;
 
+/* A block of the arena (rule 12) starts after this header: its usable size, and whether it is
+   a large block (its own malloc) or a small one (carved from a chunk). */
+typedef struct arena_header {
+    size_t size;
+    size_t large;
+} arena_header_t;
+
+/* A large block: linked in its arena's list (so that dropping the arena frees it), then the
+   header. 32 bytes, so blocks stay 16-byte aligned as malloc's are. */
+typedef struct arena_large {
+    struct arena_large *prev, *next;
+    arena_header_t header;
+} arena_large_t;
+
+/* Blocks up to ARENA_SMALL_MAX bytes come in 16-byte classes from chunks of ARENA_CHUNK bytes;
+   a freed one goes on its class's free list. Under AddressSanitizer every block is a large
+   one, so that the sanitizer sees each. */
+#if defined(__SANITIZE_ADDRESS__)
+#define ARENA_SMALL_BLOCKS 0
+#else
+#define ARENA_SMALL_BLOCKS 1
+#endif
+#define ARENA_SMALL_MAX 512
+#define ARENA_CHUNK ((size_t)32 << 10)
+_Static_assert(sizeof(arena_header_t) == 16 && sizeof(arena_large_t) == 32,
+               "blocks keep malloc's 16-byte alignment");
+
+typedef struct arena {
+    void *free_lists[ARENA_SMALL_MAX / 16 + 1]; /* by size / 16; linked through the blocks */
+    char *bump, *bump_end;                      /* the rest of the newest chunk */
+    void *chunks;                               /* each starts with the previous one's address */
+    arena_large_t large;                        /* the list's sentinel */
+} arena_t;
+
 typedef struct engine engine_t;
 
 typedef struct cell {
@@ -168,8 +202,9 @@ typedef struct cell {
     bool finished;
     bool exit_requested;
     int64_t commands_taken; /* start, settle and fire-timer commands run so far (rule 7) */
+    arena_t arena; /* where the runtime's memory comes from (rule 12) */
     size_t heap_limit;
-    size_t heap_used;
+    size_t heap_used;     /* bytes the arena holds: its chunks and its large blocks */
     size_t heap_reserved; /* of the engine's heap budget, in chunks (heap_grew) */
     bool heap_enforced;
     int heap_exhausted; /* enum heap_exhaustion */
@@ -484,27 +519,131 @@ static void heap_release(cell_t *c)
     c->heap_used = 0;
 }
 
-static void *cell_calloc(void *opaque, size_t count, size_t size)
+/* Rule 12: a cell's runtime takes its memory from the cell's arena, and the arena is dropped
+   whole when the cell ends: freeing the runtime object by object (JS_FreeRuntime walks and
+   frees every object the context made) was a fifth of a trivial cell's work. The heap counts
+   what the arena holds, chunks whole, so the limit bounds the memory a cell keeps, freed
+   blocks waiting on a free list included. */
+
+static void arena_init(arena_t *a)
 {
-    cell_t *c = opaque;
-    if (size && count > SIZE_MAX / size)
+    memset(a, 0, sizeof *a);
+    a->large.prev = a->large.next = &a->large;
+}
+
+static void arena_drop(arena_t *a)
+{
+    for (arena_large_t *l = a->large.next; l != &a->large;) {
+        arena_large_t *next = l->next;
+        free(l);
+        l = next;
+    }
+    for (void *chunk = a->chunks; chunk;) {
+        void *previous = *(void **)chunk;
+        free(chunk);
+        chunk = previous;
+    }
+    arena_init(a);
+}
+
+static arena_header_t *header_of(const void *ptr)
+{
+    return (arena_header_t *)ptr - 1;
+}
+
+static bool is_small(size_t size)
+{
+    return ARENA_SMALL_BLOCKS && size <= ARENA_SMALL_MAX;
+}
+
+/* A block of ARENA_SMALL_MAX bytes or fewer: from its class's free list, else from the newest
+   chunk, else from a new chunk if the heap may grow by one. */
+static void *small_alloc(cell_t *c, size_t size)
+{
+    arena_t *a = &c->arena;
+    size_t rounded = size ? (size + 15) & ~(size_t)15 : 16;
+    void **list = &a->free_lists[rounded >> 4];
+    if (*list) {
+        void *p = *list;
+        *list = *(void **)p;
+        return p;
+    }
+    size_t needed = sizeof(arena_header_t) + rounded;
+    if ((size_t)(a->bump_end - a->bump) < needed) {
+        if (heap_refuses(c, ARENA_CHUNK))
+            return NULL;
+        char *chunk = malloc(ARENA_CHUNK);
+        if (!chunk)
+            return NULL;
+        heap_grew(c, ARENA_CHUNK);
+        *(void **)chunk = a->chunks;
+        a->chunks = chunk;
+        a->bump = chunk + 16; /* after the link, 16-byte aligned */
+        a->bump_end = chunk + ARENA_CHUNK;
+    }
+    arena_header_t *h = (arena_header_t *)a->bump;
+    a->bump += needed;
+    h->size = rounded;
+    h->large = 0;
+    return h + 1;
+}
+
+static void large_link(arena_t *a, arena_large_t *l)
+{
+    l->prev = &a->large;
+    l->next = a->large.next;
+    a->large.next->prev = l;
+    a->large.next = l;
+}
+
+static void *large_alloc(cell_t *c, size_t size, bool zeroed)
+{
+    if (size > SIZE_MAX - sizeof(arena_large_t) || heap_refuses(c, sizeof(arena_large_t) + size))
         return NULL;
-    if (heap_refuses(c, count * size))
+    arena_large_t *l = zeroed ? calloc(1, sizeof(arena_large_t) + size)
+                              : malloc(sizeof(arena_large_t) + size);
+    if (!l)
         return NULL;
-    void *p = calloc(count, size);
-    if (p)
-        heap_grew(c, malloc_usable_size(p));
-    return p;
+    size_t footprint = malloc_usable_size(l);
+    heap_grew(c, footprint);
+    l->header.size = footprint - sizeof(arena_large_t);
+    l->header.large = 1;
+    large_link(&c->arena, l);
+    return l + 1;
+}
+
+/* A prepared runtime can hold more than the limit the cell that takes it sets: then nothing
+   more is allocated, as if each allocation had been refused (rule 8). */
+static bool heap_over_limit(cell_t *c)
+{
+    if (c->heap_enforced && c->heap_limit && c->heap_used > c->heap_limit) {
+        c->heap_exhausted = HEAP_CELL_LIMIT;
+        return true;
+    }
+    return false;
 }
 
 static void *cell_malloc(void *opaque, size_t size)
 {
     cell_t *c = opaque;
-    if (heap_refuses(c, size))
+    if (heap_over_limit(c))
         return NULL;
-    void *p = malloc(size);
+    return is_small(size) ? small_alloc(c, size) : large_alloc(c, size, false);
+}
+
+static void *cell_calloc(void *opaque, size_t count, size_t size)
+{
+    cell_t *c = opaque;
+    if (size && count > SIZE_MAX / size)
+        return NULL;
+    size_t total = count * size;
+    if (heap_over_limit(c))
+        return NULL;
+    if (!is_small(total))
+        return large_alloc(c, total, true);
+    void *p = small_alloc(c, total);
     if (p)
-        heap_grew(c, malloc_usable_size(p));
+        memset(p, 0, total);
     return p;
 }
 
@@ -513,29 +652,60 @@ static void cell_free(void *opaque, void *ptr)
     cell_t *c = opaque;
     if (!ptr)
         return;
-    heap_shrank(c, malloc_usable_size(ptr));
-    free(ptr);
+    arena_header_t *h = header_of(ptr);
+    if (!h->large) {
+        void **list = &c->arena.free_lists[h->size >> 4];
+        *(void **)ptr = *list;
+        *list = ptr;
+        return;
+    }
+    arena_large_t *l = (arena_large_t *)ptr - 1;
+    l->prev->next = l->next;
+    l->next->prev = l->prev;
+    heap_shrank(c, malloc_usable_size(l));
+    free(l);
 }
 
 static void *cell_realloc(void *opaque, void *ptr, size_t size)
 {
     cell_t *c = opaque;
-    size_t old = ptr ? malloc_usable_size(ptr) : 0;
-    if (size > old && heap_refuses(c, size - old))
+    if (!ptr)
+        return cell_malloc(opaque, size);
+    if (size == 0) {
+        cell_free(opaque, ptr);
         return NULL;
-    void *p = realloc(ptr, size);
-    if (p) {
-        heap_shrank(c, old);
-        heap_grew(c, malloc_usable_size(p));
-    } else if (size == 0) {
-        heap_shrank(c, old);
     }
-    return p;
+    arena_header_t *h = header_of(ptr);
+    if (!h->large && size <= h->size)
+        return ptr;
+    if (!h->large || is_small(size)) { /* to another block, small or large */
+        void *p = cell_malloc(opaque, size);
+        if (p) {
+            memcpy(p, ptr, h->size < size ? h->size : size);
+            cell_free(opaque, ptr);
+        }
+        return p;
+    }
+    arena_large_t *l = (arena_large_t *)ptr - 1;
+    size_t old = malloc_usable_size(l);
+    if (heap_over_limit(c) || (size > h->size && heap_refuses(c, size - h->size)))
+        return NULL;
+    arena_large_t *prev = l->prev, *next = l->next;
+    arena_large_t *n = realloc(l, sizeof(arena_large_t) + size);
+    if (!n)
+        return NULL;
+    prev->next = n; /* the block may have moved: its neighbours point at it again */
+    next->prev = n;
+    size_t footprint = malloc_usable_size(n);
+    heap_shrank(c, old);
+    heap_grew(c, footprint);
+    n->header.size = footprint - sizeof(arena_large_t);
+    return n + 1;
 }
 
 static size_t cell_usable_size(const void *ptr)
 {
-    return malloc_usable_size((void *)ptr);
+    return ptr ? header_of(ptr)->size : 0;
 }
 
 static const JSMallocFunctions cell_malloc_functions = {
@@ -900,21 +1070,29 @@ static void settle(cell_t *c)
 /* ---------------------------------------------------------------------------------------- */
 /* Turns                                                                                    */
 
-/* Frees the cell's runtime (see evaluate_cell for why no module is left suspended). */
+/* Frees the cell's runtime: drops its arena whole (rule 12). */
 static void free_js(cell_t *c)
 {
     if (!c->rt)
         return;
-    JS_UpdateStackTop(c->rt);
     c->heap_enforced = false;
     /* What the runtime holds is about to be freed (rule 10). */
     atomic_fetch_add_explicit(&c->engine->freed_since_trim, c->heap_used, memory_order_relaxed);
+#ifndef NDEBUG
+    /* A debug build frees the runtime object by object first, so that QuickJS-ng's assertions
+       catch a JS value the binding leaked (setup.py: CODEMODE_DEBUG_BUILD). See evaluate_cell
+       for why no module is left suspended. */
+    JS_UpdateStackTop(c->rt);
     JS_FreeValue(c->ctx, c->module_promise);
     JS_FreeValue(c->ctx, c->dispatch);
     JS_FreeValue(c->ctx, c->configure);
-    c->configure = JS_UNDEFINED;
     JS_FreeContext(c->ctx);
     JS_FreeRuntime(c->rt);
+#endif
+    arena_drop(&c->arena);
+    c->module_promise = JS_UNDEFINED;
+    c->dispatch = JS_UNDEFINED;
+    c->configure = JS_UNDEFINED;
     c->rt = NULL;
     c->ctx = NULL;
     heap_release(c);
@@ -1067,8 +1245,10 @@ static bool create_runtime(cell_t *c)
     c->module_promise = JS_UNDEFINED;
     c->dispatch = JS_UNDEFINED;
     c->configure = JS_UNDEFINED;
+    arena_init(&c->arena);
     c->rt = JS_NewRuntime2(&cell_malloc_functions, c);
     if (!c->rt) {
+        arena_drop(&c->arena);
         heap_release(c);
         return false;
     }
@@ -1078,7 +1258,7 @@ static bool create_runtime(cell_t *c)
     JS_SetModuleLoaderFunc(c->rt, refuse_import, never_load, NULL);
     c->ctx = new_cell_context(c->rt);
     if (!c->ctx) {
-        JS_FreeRuntime(c->rt);
+        arena_drop(&c->arena);
         c->rt = NULL;
         heap_release(c);
         return false;
