@@ -56,6 +56,10 @@
  *    not by a later close: closing it then needs no worker (no wake-up, no turn), and its memory
  *    goes back while the host is still handling its end. A close that frees the last live cell
  *    wakes an idle worker only if rule 10 has memory to give back.
+ * 12. Every block a cell's runtime allocates is listed with the cell, and freeing the runtime
+ *    frees the list instead of JS_FreeRuntime freeing object by object (nothing else holds a
+ *    runtime's memory, and nothing outside it holds a pointer into it). Debug builds still
+ *    call JS_FreeRuntime first, for QuickJS-ng's assertions on values the binding leaked.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -138,39 +142,12 @@ typedef struct finish_node {
     event_t ev;
 } finish_node_t;
 
-/* A block of the arena (rule 12) starts after this header: its usable size, and whether it is
-   a large block (its own malloc) or a small one (carved from a chunk). */
-typedef struct arena_header {
-    size_t size;
-    size_t large;
-} arena_header_t;
-
-/* A large block: linked in its arena's list (so that dropping the arena frees it), then the
-   header. 32 bytes, so blocks stay 16-byte aligned as malloc's are. */
-typedef struct arena_large {
-    struct arena_large *prev, *next;
-    arena_header_t header;
-} arena_large_t;
-
-/* Blocks up to ARENA_SMALL_MAX bytes come in 16-byte classes from chunks of ARENA_CHUNK bytes;
-   a freed one goes on its class's free list. Under AddressSanitizer every block is a large
-   one, so that the sanitizer sees each. */
-#if defined(__SANITIZE_ADDRESS__)
-#define ARENA_SMALL_BLOCKS 0
-#else
-#define ARENA_SMALL_BLOCKS 1
-#endif
-#define ARENA_SMALL_MAX 512
-#define ARENA_CHUNK ((size_t)32 << 10)
-_Static_assert(sizeof(arena_header_t) == 16 && sizeof(arena_large_t) == 32,
-               "blocks keep malloc's 16-byte alignment");
-
-typedef struct arena {
-    void *free_lists[ARENA_SMALL_MAX / 16 + 1]; /* by size / 16; linked through the blocks */
-    char *bump, *bump_end;                      /* the rest of the newest chunk */
-    void *chunks;                               /* each starts with the previous one's address */
-    arena_large_t large;                        /* the list's sentinel */
-} arena_t;
+/* Every block a cell's runtime allocates is its own malloc, preceded by its links in the cell's
+   list of blocks, so that freeing the runtime can free them all at once (rule 12). 16 bytes,
+   so blocks keep malloc's 16-byte alignment. */
+typedef struct heap_block {
+    struct heap_block *prev, *next;
+} heap_block_t;
 
 typedef struct engine engine_t;
 
@@ -202,9 +179,9 @@ typedef struct cell {
     bool finished;
     bool exit_requested;
     int64_t commands_taken; /* start, settle and fire-timer commands run so far (rule 7) */
-    arena_t arena; /* where the runtime's memory comes from (rule 12) */
+    heap_block_t blocks; /* the sentinel of the runtime's blocks (rule 12) */
     size_t heap_limit;
-    size_t heap_used;     /* bytes the arena holds: its chunks and its large blocks */
+    size_t heap_used;
     size_t heap_reserved; /* of the engine's heap budget, in chunks (heap_grew) */
     bool heap_enforced;
     int heap_exhausted; /* enum heap_exhaustion */
@@ -519,116 +496,35 @@ static void heap_release(cell_t *c)
     c->heap_used = 0;
 }
 
-/* Rule 12: a cell's runtime takes its memory from the cell's arena, and the arena is dropped
-   whole when the cell ends: freeing the runtime object by object (JS_FreeRuntime walks and
-   frees every object the context made) was a fifth of a trivial cell's work. The heap counts
-   what the arena holds, chunks whole, so the limit bounds the memory a cell keeps, freed
-   blocks waiting on a free list included. */
+/* Rule 12: freeing a runtime object by object (JS_FreeRuntime walks every object the context
+   made and collects their cycles) was a fifth of a trivial cell's work in the engine. The blocks
+   a runtime allocates are listed instead, and freeing the runtime frees the list. QuickJS-ng
+   carves its small objects out of 4 KiB slabs itself: the list holds those slabs and the
+   larger blocks, not every object. */
 
-static void arena_init(arena_t *a)
+static void heap_blocks_init(cell_t *c)
 {
-    memset(a, 0, sizeof *a);
-    a->large.prev = a->large.next = &a->large;
+    c->blocks.prev = c->blocks.next = &c->blocks;
 }
 
-static void arena_drop(arena_t *a)
+static void heap_blocks_free(cell_t *c)
 {
-    for (arena_large_t *l = a->large.next; l != &a->large;) {
-        arena_large_t *next = l->next;
-        free(l);
-        l = next;
+    for (heap_block_t *b = c->blocks.next; b != &c->blocks;) {
+        heap_block_t *next = b->next;
+        free(b);
+        b = next;
     }
-    for (void *chunk = a->chunks; chunk;) {
-        void *previous = *(void **)chunk;
-        free(chunk);
-        chunk = previous;
-    }
-    arena_init(a);
+    heap_blocks_init(c);
 }
 
-static arena_header_t *header_of(const void *ptr)
+static void *block_listed(cell_t *c, heap_block_t *b)
 {
-    return (arena_header_t *)ptr - 1;
-}
-
-static bool is_small(size_t size)
-{
-    return ARENA_SMALL_BLOCKS && size <= ARENA_SMALL_MAX;
-}
-
-/* A block of ARENA_SMALL_MAX bytes or fewer: from its class's free list, else from the newest
-   chunk, else from a new chunk if the heap may grow by one. */
-static void *small_alloc(cell_t *c, size_t size)
-{
-    arena_t *a = &c->arena;
-    size_t rounded = size ? (size + 15) & ~(size_t)15 : 16;
-    void **list = &a->free_lists[rounded >> 4];
-    if (*list) {
-        void *p = *list;
-        *list = *(void **)p;
-        return p;
-    }
-    size_t needed = sizeof(arena_header_t) + rounded;
-    if ((size_t)(a->bump_end - a->bump) < needed) {
-        if (heap_refuses(c, ARENA_CHUNK))
-            return NULL;
-        char *chunk = malloc(ARENA_CHUNK);
-        if (!chunk)
-            return NULL;
-        heap_grew(c, ARENA_CHUNK);
-        *(void **)chunk = a->chunks;
-        a->chunks = chunk;
-        a->bump = chunk + 16; /* after the link, 16-byte aligned */
-        a->bump_end = chunk + ARENA_CHUNK;
-    }
-    arena_header_t *h = (arena_header_t *)a->bump;
-    a->bump += needed;
-    h->size = rounded;
-    h->large = 0;
-    return h + 1;
-}
-
-static void large_link(arena_t *a, arena_large_t *l)
-{
-    l->prev = &a->large;
-    l->next = a->large.next;
-    a->large.next->prev = l;
-    a->large.next = l;
-}
-
-static void *large_alloc(cell_t *c, size_t size, bool zeroed)
-{
-    if (size > SIZE_MAX - sizeof(arena_large_t) || heap_refuses(c, sizeof(arena_large_t) + size))
-        return NULL;
-    arena_large_t *l = zeroed ? calloc(1, sizeof(arena_large_t) + size)
-                              : malloc(sizeof(arena_large_t) + size);
-    if (!l)
-        return NULL;
-    size_t footprint = malloc_usable_size(l);
-    heap_grew(c, footprint);
-    l->header.size = footprint - sizeof(arena_large_t);
-    l->header.large = 1;
-    large_link(&c->arena, l);
-    return l + 1;
-}
-
-/* A prepared runtime can hold more than the limit the cell that takes it sets: then nothing
-   more is allocated, as if each allocation had been refused (rule 8). */
-static bool heap_over_limit(cell_t *c)
-{
-    if (c->heap_enforced && c->heap_limit && c->heap_used > c->heap_limit) {
-        c->heap_exhausted = HEAP_CELL_LIMIT;
-        return true;
-    }
-    return false;
-}
-
-static void *cell_malloc(void *opaque, size_t size)
-{
-    cell_t *c = opaque;
-    if (heap_over_limit(c))
-        return NULL;
-    return is_small(size) ? small_alloc(c, size) : large_alloc(c, size, false);
+    heap_grew(c, malloc_usable_size(b));
+    b->prev = &c->blocks;
+    b->next = c->blocks.next;
+    c->blocks.next->prev = b;
+    c->blocks.next = b;
+    return b + 1;
 }
 
 static void *cell_calloc(void *opaque, size_t count, size_t size)
@@ -637,14 +533,19 @@ static void *cell_calloc(void *opaque, size_t count, size_t size)
     if (size && count > SIZE_MAX / size)
         return NULL;
     size_t total = count * size;
-    if (heap_over_limit(c))
+    if (total > SIZE_MAX - sizeof(heap_block_t) || heap_refuses(c, total))
         return NULL;
-    if (!is_small(total))
-        return large_alloc(c, total, true);
-    void *p = small_alloc(c, total);
-    if (p)
-        memset(p, 0, total);
-    return p;
+    heap_block_t *b = calloc(1, sizeof(heap_block_t) + total);
+    return b ? block_listed(c, b) : NULL;
+}
+
+static void *cell_malloc(void *opaque, size_t size)
+{
+    cell_t *c = opaque;
+    if (size > SIZE_MAX - sizeof(heap_block_t) || heap_refuses(c, size))
+        return NULL;
+    heap_block_t *b = malloc(sizeof(heap_block_t) + size);
+    return b ? block_listed(c, b) : NULL;
 }
 
 static void cell_free(void *opaque, void *ptr)
@@ -652,18 +553,11 @@ static void cell_free(void *opaque, void *ptr)
     cell_t *c = opaque;
     if (!ptr)
         return;
-    arena_header_t *h = header_of(ptr);
-    if (!h->large) {
-        void **list = &c->arena.free_lists[h->size >> 4];
-        *(void **)ptr = *list;
-        *list = ptr;
-        return;
-    }
-    arena_large_t *l = (arena_large_t *)ptr - 1;
-    l->prev->next = l->next;
-    l->next->prev = l->prev;
-    heap_shrank(c, malloc_usable_size(l));
-    free(l);
+    heap_block_t *b = (heap_block_t *)ptr - 1;
+    b->prev->next = b->next;
+    b->next->prev = b->prev;
+    heap_shrank(c, malloc_usable_size(b));
+    free(b);
 }
 
 static void *cell_realloc(void *opaque, void *ptr, size_t size)
@@ -675,37 +569,25 @@ static void *cell_realloc(void *opaque, void *ptr, size_t size)
         cell_free(opaque, ptr);
         return NULL;
     }
-    arena_header_t *h = header_of(ptr);
-    if (!h->large && size <= h->size)
-        return ptr;
-    if (!h->large || is_small(size)) { /* to another block, small or large */
-        void *p = cell_malloc(opaque, size);
-        if (p) {
-            memcpy(p, ptr, h->size < size ? h->size : size);
-            cell_free(opaque, ptr);
-        }
-        return p;
-    }
-    arena_large_t *l = (arena_large_t *)ptr - 1;
-    size_t old = malloc_usable_size(l);
-    if (heap_over_limit(c) || (size > h->size && heap_refuses(c, size - h->size)))
+    heap_block_t *b = (heap_block_t *)ptr - 1;
+    size_t old = malloc_usable_size(b);
+    if (size > SIZE_MAX - sizeof(heap_block_t) ||
+        (sizeof(heap_block_t) + size > old && heap_refuses(c, sizeof(heap_block_t) + size - old)))
         return NULL;
-    arena_large_t *prev = l->prev, *next = l->next;
-    arena_large_t *n = realloc(l, sizeof(arena_large_t) + size);
-    if (!n)
+    heap_block_t *prev = b->prev, *next = b->next;
+    heap_block_t *moved = realloc(b, sizeof(heap_block_t) + size);
+    if (!moved)
         return NULL;
-    prev->next = n; /* the block may have moved: its neighbours point at it again */
-    next->prev = n;
-    size_t footprint = malloc_usable_size(n);
+    prev->next = moved; /* it may have moved: its neighbours point at it again */
+    next->prev = moved;
     heap_shrank(c, old);
-    heap_grew(c, footprint);
-    n->header.size = footprint - sizeof(arena_large_t);
-    return n + 1;
+    heap_grew(c, malloc_usable_size(moved));
+    return moved + 1;
 }
 
 static size_t cell_usable_size(const void *ptr)
 {
-    return ptr ? header_of(ptr)->size : 0;
+    return ptr ? malloc_usable_size((heap_block_t *)ptr - 1) - sizeof(heap_block_t) : 0;
 }
 
 static const JSMallocFunctions cell_malloc_functions = {
@@ -1070,7 +952,7 @@ static void settle(cell_t *c)
 /* ---------------------------------------------------------------------------------------- */
 /* Turns                                                                                    */
 
-/* Frees the cell's runtime: drops its arena whole (rule 12). */
+/* Frees the cell's runtime: all its blocks at once (rule 12). */
 static void free_js(cell_t *c)
 {
     if (!c->rt)
@@ -1089,7 +971,7 @@ static void free_js(cell_t *c)
     JS_FreeContext(c->ctx);
     JS_FreeRuntime(c->rt);
 #endif
-    arena_drop(&c->arena);
+    heap_blocks_free(c);
     c->module_promise = JS_UNDEFINED;
     c->dispatch = JS_UNDEFINED;
     c->configure = JS_UNDEFINED;
@@ -1245,10 +1127,10 @@ static bool create_runtime(cell_t *c)
     c->module_promise = JS_UNDEFINED;
     c->dispatch = JS_UNDEFINED;
     c->configure = JS_UNDEFINED;
-    arena_init(&c->arena);
+    heap_blocks_init(c);
     c->rt = JS_NewRuntime2(&cell_malloc_functions, c);
     if (!c->rt) {
-        arena_drop(&c->arena);
+        heap_blocks_free(c);
         heap_release(c);
         return false;
     }
@@ -1258,7 +1140,7 @@ static bool create_runtime(cell_t *c)
     JS_SetModuleLoaderFunc(c->rt, refuse_import, never_load, NULL);
     c->ctx = new_cell_context(c->rt);
     if (!c->ctx) {
-        arena_drop(&c->arena);
+        heap_blocks_free(c);
         c->rt = NULL;
         heap_release(c);
         return false;
