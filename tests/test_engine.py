@@ -628,16 +628,21 @@ async def test_without_prepared_runtimes_each_cell_creates_its_own() -> None:
 
 
 ALLOCATE = "const keep = []; while (true) keep.push(new Array(100000).fill(1));"
+HOLD_128_KIB = 'globalThis.held = "x".repeat(128 << 10);'
 
 
 async def test_memory_goes_back_to_the_system_once_no_cell_is_live() -> None:
     # glibc keeps what the cells freed in its per-thread arenas: a host that ran a thousand
-    # cells kept their 200 MiB after they ended, until the engine trimmed. A waiting cell
-    # holds about 200 KB: 120 of them free more than the 16 MiB that start a trim.
+    # cells kept their 200 MiB after they ended, until the engine trimmed. Each cell holds its
+    # context (about 200 KB, less under AddressSanitizer) and a 128 KiB string: 120 of them free
+    # more than the 16 MiB that start a trim.
     async with open_engine(workers=2) as engine:
         trims = engine.trims
         with trio.fail_after(30):
-            cells = [engine.start_cell("await new Promise(() => {})") for _ in range(120)]
+            cells = [
+                engine.start_cell(f"{HOLD_128_KIB} await new Promise(() => {{}})")
+                for _ in range(120)
+            ]
             for cell in cells:
                 await wait_for(cell, lambda event: isinstance(event, Idle))
             assert engine.trims == trims  # nothing is trimmed while cells live
@@ -674,7 +679,7 @@ async def test_closing_the_last_finished_cell_starts_the_trim() -> None:
     async with open_engine(workers=2) as engine:
         trims = engine.trims
         with trio.fail_after(30):
-            cells = [engine.start_cell('text("done")') for _ in range(120)]
+            cells = [engine.start_cell(f'{HOLD_128_KIB} text("done")') for _ in range(120)]
             for cell in cells:
                 await wait_for(cell, lambda event: isinstance(event, Finished))
             for cell in cells:
