@@ -4,6 +4,7 @@ limits, and events published while a cell still runs (issue: the package and the
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import msgspec
@@ -685,6 +686,31 @@ async def test_closing_the_last_finished_cell_starts_the_trim() -> None:
             for cell in cells:
                 cell.close()
             assert await engine.wait_trimmed(trims) > trims
+
+
+HOLD_4_MIB = 'globalThis.keep = []; for (let i = 0; i < 4096; i++) keep.push("x".repeat(1000) + i);'
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+async def test_a_finished_cells_blocks_are_all_freed() -> None:
+    # Rule 12: freeing a runtime frees the list of its blocks, not each object. 200 cells that
+    # each leave 4 MiB in their runtime, in thousands of blocks, would keep 800 MiB if the list
+    # missed them; once trimmed, the process is back where it was.
+    async with open_engine(workers=1, prepared_cells=0) as engine:
+        with trio.fail_after(60):
+            await run_cell(engine, HOLD_4_MIB)
+            await trio.to_thread.run_sync(engine._native.trim)
+            before = _rss()
+            for _ in range(200):
+                run = await run_cell(engine, HOLD_4_MIB)
+                assert run.error is None, run.error
+            await trio.to_thread.run_sync(engine._native.trim)
+            grown = _rss() - before
+    assert grown < 64 << 20, grown
 
 
 async def test_a_handler_gets_every_event_in_order_and_finished_is_returned() -> None:
