@@ -682,6 +682,14 @@ static JSValue throw_output_limit(JSContext *ctx, cell_t *c)
     return JS_ThrowPlainError(ctx, OUTPUT_LIMIT_TEXT, (long long)c->output_limit);
 }
 
+/* Runs one of the engine's compiled prelude scripts (compile_prelude) in `ctx`: the value it
+   yields, a function. */
+static JSValue run_prelude_script(JSContext *ctx, const uint8_t *bytecode, size_t len)
+{
+    JSValue fn = JS_ReadObject(ctx, bytecode, len, JS_READ_OBJ_BYTECODE);
+    return JS_IsException(fn) ? fn : JS_EvalFunction(ctx, fn);
+}
+
 static JSValue native_hook(JSContext *ctx, JSValueConst this_val, int argc, JSValueConst *argv,
                            int magic)
 {
@@ -751,12 +759,9 @@ static JSValue native_hook(JSContext *ctx, JSValueConst this_val, int argc, JSVa
     case HOOK_EXIT:
         c->exit_requested = true;
         break;
-    case HOOK_LOAD_IMAGES: {
+    case HOOK_LOAD_IMAGES:
         /* prelude_images.js's factory: the prelude calls it with its kit, once per cell. */
-        engine_t *e = c->engine;
-        JSValue factory = JS_ReadObject(ctx, e->images, e->images_len, JS_READ_OBJ_BYTECODE);
-        return JS_IsException(factory) ? factory : JS_EvalFunction(ctx, factory);
-    }
+        return run_prelude_script(ctx, c->engine->images, c->engine->images_len);
     }
     return JS_UNDEFINED;
 }
@@ -1146,9 +1151,7 @@ static bool create_runtime(cell_t *c)
         return false;
     }
     /* The prelude yields its preparer, which takes the hooks and returns the configurer. */
-    JSValue prepare = JS_ReadObject(c->ctx, e->prelude, e->prelude_len, JS_READ_OBJ_BYTECODE);
-    if (!JS_IsException(prepare))
-        prepare = JS_EvalFunction(c->ctx, prepare);
+    JSValue prepare = run_prelude_script(c->ctx, e->prelude, e->prelude_len);
     if (JS_IsException(prepare)) {
         c->configure = JS_EXCEPTION; /* reported by start_cell */
         return true;
