@@ -1620,32 +1620,32 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds)
                                      &images, &max_workers, &fault_events_after, &heap_budget,
                                      &prepared_cells))
         return -1;
+    engine_t *e = NULL;
     if (prepared_cells < 0 || prepared_cells > 1024) {
-        PyBuffer_Release(&prelude);
-        PyBuffer_Release(&images);
         PyErr_Format(PyExc_ValueError, "need 0 <= prepared_cells <= 1024, got %d",
                      prepared_cells);
-        return -1;
-    }
-    if (self->engine) {
-        PyBuffer_Release(&prelude);
-        PyBuffer_Release(&images);
+    } else if (self->engine) {
         PyErr_SetString(PyExc_RuntimeError, "Engine.__init__ called twice");
-        return -1;
-    }
-    if (workers < 1 || max_workers < workers || max_workers > 1024) {
-        PyBuffer_Release(&prelude);
-        PyBuffer_Release(&images);
+    } else if (workers < 1 || max_workers < workers || max_workers > 1024) {
         PyErr_Format(PyExc_ValueError,
                      "need 1 <= workers <= max_workers <= 1024, got workers=%d, max_workers=%d",
                      workers, max_workers);
-        return -1;
-    }
-    engine_t *e = calloc(1, sizeof(engine_t));
-    if (!e) {
-        PyBuffer_Release(&prelude);
-        PyBuffer_Release(&images);
+    } else if (!(e = calloc(1, sizeof(engine_t)))) {
         PyErr_NoMemory();
+    } else {
+        e->prelude = compile_prelude(prelude.buf, (size_t)prelude.len, "<prelude>",
+                                     &e->prelude_len);
+        if (e->prelude)
+            e->images = compile_prelude(images.buf, (size_t)images.len, "<prelude-images>",
+                                        &e->images_len);
+    }
+    PyBuffer_Release(&prelude);
+    PyBuffer_Release(&images);
+    if (!e)
+        return -1;
+    if (!e->images) { /* a script did not compile, or memory ran out */
+        free(e->prelude);
+        free(e);
         return -1;
     }
     e->efd = -1;
@@ -1653,17 +1653,6 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds)
     e->heap_budget = (size_t)heap_budget;
     atomic_init(&e->heap_total, 0);
     e->fault_events_after = fault_events_after < 0 ? -1 : fault_events_after;
-    e->prelude = compile_prelude(prelude.buf, (size_t)prelude.len, "<prelude>", &e->prelude_len);
-    if (e->prelude)
-        e->images = compile_prelude(images.buf, (size_t)images.len, "<prelude-images>",
-                                    &e->images_len);
-    PyBuffer_Release(&prelude);
-    PyBuffer_Release(&images);
-    if (!e->images) {
-        free(e->prelude);
-        free(e);
-        return -1;
-    }
     e->threads = calloc((size_t)max_workers, sizeof(pthread_t));
     e->max_workers = max_workers;
     e->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
