@@ -3,11 +3,10 @@ the host process among this process's children. No psutil: only what the kernel 
 
 Threads are put in one of three components by what they are:
 - "trio": the process's main thread (tid == pid), where the trio loop runs;
-- "engine workers": threads named as the main thread: the QuickJS workers are native threads
-  that never name themselves, so they keep the name (`comm`) of the thread that made them;
-- "other threads": the rest, that is threads that named themselves, like trio's thread cache
-  (`Trio thread N`, or `<function> from <task>` while it runs a job: `trio.to_thread`,
-  process spawns).
+- "engine workers": the engine's native threads, which name themselves `codemode-...`
+  (`codemode-worker`, and the preparer and the monitor, engine rule 13);
+- "other threads": the rest, like trio's thread cache (`Trio thread N`, or `<function> from
+  <task>` while it runs a job: `trio.to_thread`, process spawns).
 A thread that exited during a measurement took its CPU time out of /proc/<pid>/task; what the
 whole process used (/proc/<pid>/stat) minus the living threads is reported as "exited threads".
 """
@@ -30,14 +29,17 @@ def _cpu_ticks(stat_path: Path) -> int:
     return int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5)
 
 
-def _component(pid: int, tid: int, task: Path, main_comm: str) -> str:
+ENGINE_THREAD_PREFIX = "codemode-"
+
+
+def _component(pid: int, tid: int, task: Path) -> str:
     if tid == pid:
         return "trio"
     try:
         comm = (task / "comm").read_text()
     except OSError:
         return "exited threads"
-    return "engine workers" if comm == main_comm else "other threads"
+    return "engine workers" if comm.startswith(ENGINE_THREAD_PREFIX) else "other threads"
 
 
 class CpuSample:
@@ -47,14 +49,13 @@ class CpuSample:
         self.pid = pid
         self.total = _cpu_ticks(Path(f"/proc/{pid}/stat")) * TICK_US
         self.threads: dict[int, tuple[str, float]] = {}
-        main_comm = Path(f"/proc/{pid}/comm").read_text()
         for task in Path(f"/proc/{pid}/task").iterdir():
             try:
                 ticks = _cpu_ticks(task / "stat")
             except (OSError, ValueError):
                 continue  # the thread exited while we looked
             tid = int(task.name)
-            self.threads[tid] = (_component(pid, tid, task, main_comm), ticks * TICK_US)
+            self.threads[tid] = (_component(pid, tid, task), ticks * TICK_US)
 
 
 def cpu_by_component(before: CpuSample, after: CpuSample) -> dict[str, float]:

@@ -517,6 +517,51 @@ async def test_the_pool_grows_again_for_a_later_stall() -> None:
                 spinner.close()
 
 
+def engine_threads() -> list[tuple[str, int]]:
+    """(name, scheduling policy) of this process's engine threads, sorted."""
+    threads = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as comm:
+                name = comm.read().strip()
+            policy = os.sched_getscheduler(int(task))
+        except OSError:
+            continue  # a thread that ended while we looked
+        if name.startswith("codemode-"):
+            threads.append((name, policy))
+    return sorted(threads)
+
+
+async def test_engine_threads_are_named_and_workers_do_not_preempt_their_wakers() -> None:
+    # Engine rule 13: workers run under SCHED_BATCH, so queuing a command does not hand the
+    # queuing thread's CPU to the worker it wakes; the preparer only takes idle CPU (rule 9).
+    batch, idle, other = os.SCHED_BATCH, os.SCHED_IDLE, os.SCHED_OTHER
+    before = engine_threads()  # another test's engine, if one is open, is not this one's
+
+    def added() -> list[tuple[str, int]]:
+        threads = engine_threads()
+        for thread in before:
+            threads.remove(thread)
+        return threads
+
+    with trio.fail_after(10):
+        async with open_engine(workers=1, prepared_cells=1) as engine:
+            assert added() == [
+                ("codemode-prep", idle),
+                ("codemode-watch", other),
+                ("codemode-worker", batch),
+            ]
+            # A worker the monitor adds (a spinner holds the first one) is one like the others.
+            with engine.start_cell('text("spin"); for (;;) {}') as spinner:
+                await wait_for(spinner, lambda e: isinstance(e, TextOutput))
+                run = await run_cell(engine, 'text("served")')
+                assert run.texts == ["served"]
+                workers = engine.worker_threads
+                assert workers >= 2
+                assert added().count(("codemode-worker", batch)) == workers
+    assert added() == []  # closing the engine joined them all
+
+
 SUSPENDED = {
     "module-variable": "const p = new Promise(() => {}); await p;",
     "global": "globalThis.p = new Promise(() => {}); await p;",
