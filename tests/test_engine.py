@@ -533,9 +533,10 @@ def engine_threads() -> list[tuple[str, int]]:
 
 
 async def test_engine_threads_are_named_and_workers_do_not_preempt_their_wakers() -> None:
-    # Engine rule 13: workers run under SCHED_BATCH, so queuing a command does not hand the
-    # queuing thread's CPU to the worker it wakes; the preparer only takes idle CPU (rule 9).
-    batch, idle, other = os.SCHED_BATCH, os.SCHED_IDLE, os.SCHED_OTHER
+    # Engine rule 13: workers and the monitor run under SCHED_BATCH, so queuing a command does
+    # not hand the queuing thread's CPU to the worker it wakes; the preparer only takes idle
+    # CPU (rule 9).
+    batch, idle = os.SCHED_BATCH, os.SCHED_IDLE
     before = engine_threads()  # another test's engine, if one is open, is not this one's
 
     def added() -> list[tuple[str, int]]:
@@ -548,7 +549,7 @@ async def test_engine_threads_are_named_and_workers_do_not_preempt_their_wakers(
         async with open_engine(workers=1, prepared_cells=1) as engine:
             assert added() == [
                 ("codemode-prep", idle),
-                ("codemode-watch", other),
+                ("codemode-watch", batch),
                 ("codemode-worker", batch),
             ]
             # A worker the monitor adds (a spinner holds the first one) is one like the others.

@@ -60,14 +60,15 @@
  *    frees the list instead of JS_FreeRuntime freeing object by object (nothing else holds a
  *    runtime's memory, and nothing outside it holds a pointer into it). Debug builds still
  *    call JS_FreeRuntime first, for QuickJS-ng's assertions on values the binding leaked.
- * 13. Threads are named for what they do (`codemode-worker`, `codemode-prep`,
- *    `codemode-watch`: top -H, py-spy and the benchmarks tell them apart), and workers run
- *    under SCHED_BATCH. A woken SCHED_BATCH thread does not preempt the thread running on its
- *    CPU; it runs once that one blocks or its slice ends. Without it, every command Python
- *    queued woke a worker that took the CPU from the thread that queued it, in the middle of
- *    its work (under 64 sessions the host's trio thread, which serves every other cell, was
- *    preempted about 1,200 times a second, four in five times by a worker, and spent 28 % of
- *    the run waiting to run again). The worker still gets an idle CPU at once, and its CPU share is unchanged.
+ * 13. Threads are named for what they do (`codemode-worker`, `codemode-watch`,
+ *    `codemode-prep`: top -H, py-spy and the benchmarks tell them apart), and the workers and
+ *    the monitor run under SCHED_BATCH. A woken SCHED_BATCH thread does not preempt the thread
+ *    running on its CPU; it runs once that one blocks or its slice ends. Without it, nearly
+ *    every command Python queued woke a worker that took the CPU from the thread that queued
+ *    it, in the middle of its work (under 64 sessions the host's trio thread, which serves
+ *    every other cell, was preempted about 2,000 times a second, nine in ten times by a
+ *    worker). A woken worker still gets an idle CPU at once, and its share of the CPU is the
+ *    same.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1709,7 +1710,7 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds)
         ok = spawn_worker_locked(e);
     if (ok)
         ok = e->monitor_started =
-            start_thread(&e->monitor, 0, monitor_main, e, "codemode-watch", SCHED_OTHER);
+            start_thread(&e->monitor, 0, monitor_main, e, "codemode-watch", SCHED_BATCH);
     if (ok && e->prepared_target > 0)
         ok = e->preparer_started = start_thread(&e->preparer, WORKER_STACK_SIZE, preparer_main,
                                                 e, "codemode-prep", SCHED_IDLE); /* rule 9 */
