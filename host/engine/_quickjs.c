@@ -69,6 +69,12 @@
  *    every other cell, was preempted about 2,000 times a second, nine in ten times by a
  *    worker). A woken worker still gets an idle CPU at once, and its share of the CPU is the
  *    same.
+ * 14. A thread that queues work signals the thread it wakes after it let go of `lock`, not
+ *    while it holds it: a thread woken under the lock found it held, slept on it and had to be
+ *    woken a second time. Each signalled state change is made under the lock, and each waiter
+ *    checks its condition under the lock before it waits, so no wake-up is lost; a signal that
+ *    comes late finds at worst a waiter with nothing to do, which waits again. (The host's
+ *    trio thread made four futex wake-ups a cell of this kind before, two after.)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1325,18 +1331,30 @@ static void cell_release(cell_t *c)
     free(c);
 }
 
-/* Rule 5: work is queued and no worker is free. A monitor already watching a stall checks at
-   its deadline anyway; waking it for every command queued while the workers are busy cost a
-   wake-up and a contended lock per tool call under load. */
-static void wake_monitor_locked(engine_t *e)
+/* Who queued work wakes, signalled once the caller let go of e->lock (rule 14). */
+typedef enum { WAKE_NOBODY, WAKE_WORKER, WAKE_MONITOR } wake_t;
+
+static void wake(engine_t *e, wake_t who)
 {
-    if (e->monitor_resting && e->nthreads < e->max_workers)
+    if (who == WAKE_WORKER)
+        pthread_cond_signal(&e->work);
+    else if (who == WAKE_MONITOR)
         pthread_cond_signal(&e->starved);
 }
 
-/* Queues a command; the caller holds e->lock. Returns false if the engine no longer runs. */
-static bool enqueue_locked(engine_t *e, cell_t *c, command_t *cmd)
+/* Rule 5: work is queued and no worker is free. A monitor already watching a stall checks at
+   its deadline anyway; waking it for every command queued while the workers are busy cost a
+   wake-up and a contended lock per tool call under load. */
+static wake_t monitor_wake_locked(engine_t *e)
 {
+    return e->monitor_resting && e->nthreads < e->max_workers ? WAKE_MONITOR : WAKE_NOBODY;
+}
+
+/* Queues a command; the caller holds e->lock, and wakes `*who` once it let go of it. Returns
+   false if the engine no longer runs. */
+static bool enqueue_locked(engine_t *e, cell_t *c, command_t *cmd, wake_t *who)
+{
+    *who = WAKE_NOBODY;
     if (e->joined || (e->stopping && cmd->kind != CMD_CLOSE))
         return false;
     cmd->next = NULL;
@@ -1354,19 +1372,18 @@ static bool enqueue_locked(engine_t *e, cell_t *c, command_t *cmd)
         else
             e->rq_head = c;
         e->rq_tail = c;
-        if (e->idle > 0)
-            pthread_cond_signal(&e->work);
-        else
-            wake_monitor_locked(e);
+        *who = e->idle > 0 ? WAKE_WORKER : monitor_wake_locked(e);
     }
     return true;
 }
 
 static bool enqueue(engine_t *e, cell_t *c, command_t *cmd)
 {
+    wake_t who;
     pthread_mutex_lock(&e->lock);
-    bool queued = enqueue_locked(e, c, cmd);
+    bool queued = enqueue_locked(e, c, cmd, &who);
     pthread_mutex_unlock(&e->lock);
+    wake(e, who);
     return queued;
 }
 
@@ -1400,9 +1417,10 @@ static void *worker_main(void *arg)
             e->rq_tail = NULL;
         command_t *cmds = c->cmd_head;
         c->cmd_head = c->cmd_tail = NULL;
-        if (e->rq_head && e->idle == 0)
-            wake_monitor_locked(e); /* work left behind and nobody free: watch it */
+        /* Work left behind and nobody free: the monitor watches it. */
+        wake_t who = e->rq_head && e->idle == 0 ? monitor_wake_locked(e) : WAKE_NOBODY;
         pthread_mutex_unlock(&e->lock);
+        wake(e, who);
 
         run_turn(c, cmds);
 
@@ -2058,9 +2076,10 @@ static PyObject *Engine_start_cell(EngineObject *self, PyObject *args, PyObject 
         e->prepared_taken++;
     }
     e->prepare_failed = false;
-    if (e->nprepared < e->prepared_target)
-        pthread_cond_signal(&e->prepare_wanted);
+    bool refill = e->nprepared < e->prepared_target;
     pthread_mutex_unlock(&e->lock);
+    if (refill)
+        pthread_cond_signal(&e->prepare_wanted); /* rule 14 */
     if (!c) {
         c = calloc(1, sizeof(cell_t));
         if (c)
@@ -2098,8 +2117,9 @@ static PyObject *Engine_start_cell(EngineObject *self, PyObject *args, PyObject 
     obj->cell = NULL;
     obj->engine = Py_NewRef((PyObject *)self);
 
+    wake_t who;
     pthread_mutex_lock(&e->lock);
-    bool queued = enqueue_locked(e, c, cmd);
+    bool queued = enqueue_locked(e, c, cmd, &who);
     if (queued) {
         c->live_next = e->live;
         if (e->live)
@@ -2108,6 +2128,7 @@ static PyObject *Engine_start_cell(EngineObject *self, PyObject *args, PyObject 
         e->live_count++;
     }
     pthread_mutex_unlock(&e->lock);
+    wake(e, who);
     if (!queued) {
         Py_DECREF(obj);
         raise_closed((PyObject *)self);
@@ -2294,16 +2315,18 @@ static void cell_close(CellObject *self)
         c->live_next->live_prev = c->live_prev;
     e->live_count--;
     bool queued = false;
+    wake_t who = WAKE_NOBODY;
     if (c->js_freed && !c->scheduled) {
         /* Nothing left for a worker to do (rule 11); one trims if this was the last cell. */
         if (e->live_count == 0 && e->idle > 0 && !e->trimming &&
             atomic_load_explicit(&e->freed_since_trim, memory_order_relaxed) >= TRIM_AFTER)
-            pthread_cond_signal(&e->work);
+            who = WAKE_WORKER;
     } else if (cmd) {
         cmd->kind = CMD_CLOSE;
-        queued = enqueue_locked(e, c, cmd);
+        queued = enqueue_locked(e, c, cmd, &who);
     }
     pthread_mutex_unlock(&e->lock);
+    wake(e, who);
     if (!queued && cmd)
         free(cmd);
     /* Without a worker to run the close, cell_release frees the runtime on this thread. */
