@@ -42,8 +42,18 @@ def _component(pid: int, tid: int, task: Path) -> str:
     return "engine workers" if comm.startswith(ENGINE_THREAD_PREFIX) else "other threads"
 
 
+def _preemptions(task: Path) -> int:
+    """How often the kernel took the CPU from a thread that could still run
+    (`nonvoluntary_ctxt_switches` of its status)."""
+    for line in (task / "status").read_text().splitlines():
+        if line.startswith("nonvoluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    return 0
+
+
 class CpuSample:
-    """CPU time of one process at one moment, per thread and in total (microseconds)."""
+    """CPU time of one process at one moment, per thread and in total (microseconds), and how
+    often its trio thread had been preempted."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -56,6 +66,7 @@ class CpuSample:
                 continue  # the thread exited while we looked
             tid = int(task.name)
             self.threads[tid] = (_component(pid, tid, task), ticks * TICK_US)
+        self.trio_preempted = _preemptions(Path(f"/proc/{pid}/task/{pid}"))
 
 
 def cpu_by_component(before: CpuSample, after: CpuSample) -> dict[str, float]:

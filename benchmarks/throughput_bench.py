@@ -5,9 +5,10 @@ Each session runs cells of one tool call (`await tools.echo({})`) back to back, 
 initial response, until the run's time is up; cells/s counts every cell finished over the whole
 run. CPU per cell comes from /proc (`_proc.py`): the client process (this one; in-process its
 engine workers are here too) and the host process, each split into its trio thread, trio's
-thread cache and the engine workers. Both providers are open at once and measured one after
-the other at each number of sessions; the in-process provider is the process provider's
-reference. Goal (issue 10): >= 6,000 cells/s
+thread cache and the engine workers; and how often each side's trio thread was preempted per
+cell (its involuntary context switches: engine rule 13 is why workers rarely do it). Both
+providers are open at once and measured one after the other at each number of sessions; the
+in-process provider is the process provider's reference. Goal (issue 10): >= 6,000 cells/s
 with 64 sessions on the 2-core machine (stretch 10,000).
 
 Run: `python -m benchmarks.throughput_bench [--quick]` (from the repository's root).
@@ -31,12 +32,16 @@ CELL = 'await tools.echo({}); text("ok")'
 
 
 class Run:
-    """One measured run: cells finished, wall seconds, CPU microseconds per component."""
+    """One measured run: cells finished, wall seconds, CPU microseconds per component, and how
+    often each side's trio thread was preempted."""
 
-    def __init__(self, cells: int, seconds: float, cpu: dict[str, float]) -> None:
+    def __init__(
+        self, cells: int, seconds: float, cpu: dict[str, float], preempted: dict[str, int]
+    ) -> None:
         self.cells = cells
         self.seconds = seconds
         self.cpu = cpu
+        self.preempted = preempted
 
     @property
     def rate(self) -> float:
@@ -86,10 +91,12 @@ async def _measure(config: Config) -> dict[str, dict[int, Run]]:
                 cells, wall = await _drive(opened[:count], delegate, seconds)
                 after = _samples(watched)
                 cpu = {}
+                preempted = {}
                 for side, start in before.items():
                     for component, used in _proc.cpu_by_component(start, after[side]).items():
                         cpu[f"{side} {component}"] = used
-                runs[name][count] = Run(cells, wall, cpu)
+                    preempted[side] = after[side].trio_preempted - start.trio_preempted
+                runs[name][count] = Run(cells, wall, cpu, preempted)
     return runs
 
 
@@ -100,6 +107,8 @@ def _details(run: Run) -> dict[str, float]:
     total = sum(run.cpu.values())
     details["CPU us/cell"] = total / run.cells
     details["cores busy"] = total / 1e6 / run.seconds
+    for side, count in run.preempted.items():
+        details[f"{side} trio preempted/cell"] = count / run.cells
     details["cells"] = run.cells
     return details
 
