@@ -42,13 +42,16 @@ def _component(pid: int, tid: int, task: Path) -> str:
     return "engine workers" if comm.startswith(ENGINE_THREAD_PREFIX) else "other threads"
 
 
-def _preemptions(task: Path) -> int:
-    """How often the kernel took the CPU from a thread that could still run
-    (`nonvoluntary_ctxt_switches` of its status)."""
-    for line in (task / "status").read_text().splitlines():
-        if line.startswith("nonvoluntary_ctxt_switches:"):
+def _status_value(status: Path, field: str) -> int:
+    """The number after `field:` in a /proc status file (kB for sizes).
+
+    Raises:
+        LookupError: the file has no such field.
+    """
+    for line in status.read_text().splitlines():
+        if line.startswith(f"{field}:"):
             return int(line.split()[1])
-    return 0
+    raise LookupError(f"no {field} in {status}")
 
 
 class CpuSample:
@@ -66,7 +69,9 @@ class CpuSample:
                 continue  # the thread exited while we looked
             tid = int(task.name)
             self.threads[tid] = (_component(pid, tid, task), ticks * TICK_US)
-        self.trio_preempted = _preemptions(Path(f"/proc/{pid}/task/{pid}"))
+        # How often the kernel took the CPU from the trio thread while it could still run.
+        trio_status = Path(f"/proc/{pid}/task/{pid}/status")
+        self.trio_preempted = _status_value(trio_status, "nonvoluntary_ctxt_switches")
 
 
 def cpu_by_component(before: CpuSample, after: CpuSample) -> dict[str, float]:
@@ -82,10 +87,7 @@ def cpu_by_component(before: CpuSample, after: CpuSample) -> dict[str, float]:
 
 def rss_bytes(pid: int) -> int:
     """Resident set size of `pid` (VmRSS of /proc/<pid>/status)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise LookupError(f"no VmRSS for pid {pid}")
+    return _status_value(Path(f"/proc/{pid}/status"), "VmRSS") * 1024
 
 
 def children() -> list[int]:
