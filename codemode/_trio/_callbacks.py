@@ -32,20 +32,16 @@ class CallbackGroup:
     def __init__(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
         self._scopes: set[trio.CancelScope] = set()
-        self._idle = trio.Event()
-        self._idle.set()
         self._unstarted = 0
-        self._started = trio.Event()
-        self._started.set()
+        # Made by the first waiter that has to wait, not per call: two events a call showed in
+        # profiles of both ends, and most groups are never waited on while busy.
+        self._idle: trio.Event | None = None
+        self._started: trio.Event | None = None
 
     def start(self, fn: Callable[[*Ts], Awaitable[object]], *args: *Ts) -> trio.CancelScope:
         """Start `fn(*args)` as a task of the nursery; returns the scope it runs in."""
         scope = trio.CancelScope()
-        if not self._scopes:
-            self._idle = trio.Event()
         self._scopes.add(scope)
-        if not self._unstarted:
-            self._started = trio.Event()
         self._unstarted += 1
         self._nursery.start_soon(self._run, scope, fn, *args)
         return scope
@@ -59,15 +55,17 @@ class CallbackGroup:
         # The waiter of `all_started` runs after this step, which takes `fn` to its first
         # checkpoint: by then the delegate has the call.
         self._unstarted -= 1
-        if not self._unstarted:
+        if not self._unstarted and self._started is not None:
             self._started.set()
+            self._started = None
         try:
             with scope:
                 await fn(*args)
         finally:
             self._scopes.discard(scope)
-            if not self._scopes:
+            if not self._scopes and self._idle is not None:
                 self._idle.set()
+                self._idle = None
 
     @property
     def idle(self) -> bool:
@@ -87,8 +85,18 @@ class CallbackGroup:
 
     async def all_started(self) -> None:
         """Wait until every task started so far has begun running."""
+        if not self._unstarted:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._started is None:
+            self._started = trio.Event()
         await self._started.wait()
 
     async def wait_idle(self) -> None:
         """Wait until no task of the group runs (bound it with a cancel scope)."""
+        if not self._scopes:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._idle is None:
+            self._idle = trio.Event()
         await self._idle.wait()
