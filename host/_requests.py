@@ -1,10 +1,11 @@
 """The host's requests and reverse calls: each operation the client asked for, run on the runtime.
 
-Every request runs as its own task in the host's work nursery. Execute and wait (either kind)
-run inside a cancel scope that `operation/cancel` cancels: a cancelled execute that was not
-admitted yet answers `code-mode request cancelled`; once admitted, a cancel only ends its
-initial observation (the client terminates a cell it no longer wants). Terminate and shutdown
-are not cancellable. `operation/yield` preempts the cell an execute or a wait observes.
+Every request runs as its own task in the host's work nursery. A wait (either kind) runs inside
+a cancel scope that `operation/cancel` cancels; an execute is cancelled without one: a cancelled
+execute that was not admitted yet answers `code-mode request cancelled`, and once admitted a
+cancel only ends its initial observation, through the runtime's hook (the client terminates a
+cell it no longer wants). Terminate and shutdown are not cancellable. `operation/yield` preempts
+the cell an execute or a wait observes.
 
 Reverse calls: a cell's tool call or notification becomes a `delegate/request` through the
 connection; when the cell cancels it, the connection sends `delegate/cancel`. A notification is
@@ -27,7 +28,7 @@ from typing import TypeVar
 import msgspec
 import trio
 from codemode_host.engine import Engine
-from codemode_host.runtime import Admission, Preemption, RuntimeSession
+from codemode_host.runtime import Admission, ObservationCancelledError, Preemption, RuntimeSession
 
 from codemode import (
     AdmissionLimits,
@@ -102,13 +103,16 @@ def _timed_outcome(outcome: WaitOutcome, started: float) -> WaitOutcome:
 
 class _Cancellable:
     """An operation `operation/cancel` may target: cancels its current scope, or the next
-    one it enters if it is between two (an execute between admission and observation)."""
+    one it enters if it is between two; an execute's initial observation is cancelled by the
+    runtime's hook instead (rule 7 of its `_observer`), which costs no cancel scope."""
 
-    __slots__ = ("_scope", "cancelled", "observed", "preemption")
+    __slots__ = ("_scope", "cancelled", "end_observation", "observed", "preemption")
 
     def __init__(self) -> None:
         self.cancelled = False
         self._scope: trio.CancelScope | None = None
+        self.end_observation: Callable[[], None] | None = None
+        """Cancels an execute's initial observation, once its cell was admitted."""
         self.observed: tuple[str, str] | None = None
         """The session and cell an execute observes, once admitted (`operation/yield`)."""
         self.preemption: Preemption | None = None
@@ -118,6 +122,8 @@ class _Cancellable:
         self.cancelled = True
         if self._scope is not None:
             self._scope.cancel()
+        if self.end_observation is not None:
+            self.end_observation()
 
     def scope(self) -> _OperationScope:
         """A cancel scope `cancel()` reaches while the block runs (cancelled at once if the
@@ -126,8 +132,8 @@ class _Cancellable:
 
 
 class _OperationScope:
-    """`_Cancellable.scope()`: a class, not a generator context manager, because every execute
-    and wait enters two or one of them (the generator's machinery showed in profiles)."""
+    """`_Cancellable.scope()`: a class, not a generator context manager, because every wait
+    enters one (the generator's machinery showed in profiles)."""
 
     __slots__ = ("_operation", "_scope")
 
@@ -294,11 +300,15 @@ class Requests:
                 return
             cell = session.start(request.request, delegate)
             operation.observed = (session_id, cell.cell_id)
+        operation.end_observation = cell.cancel_initial_response
+        if operation.cancelled:  # an execute_to_pending, cancelled before its admission
+            cell.cancel_initial_response()
         self._respond(request_id, Ok(value=ExecutionStarted(cell_id=cell.cell_id)))
         initial: Ok[RuntimeResponse | Pending] | Err = CANCELLED
         try:
-            with operation.scope():
-                initial = Ok(value=_timed(await cell.initial_response(), started))
+            initial = Ok(value=_timed(await cell.initial_response(), started))
+        except ObservationCancelledError:
+            pass
         except CodeModeError as error:
             initial = _failure(error)
         except Exception as error:

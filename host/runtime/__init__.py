@@ -8,6 +8,7 @@ from codemode._trio import CLEANUP_GRACE as CLEANUP_GRACE
 
 from ._admission import Admission as Admission
 from ._admission import worker_ceiling as worker_ceiling
+from ._observer import ObservationCancelledError as ObservationCancelledError
 from ._observer import Preemption as Preemption
 from ._observer import observation_window_ms as observation_window_ms
 from ._phases import ACTIVE as ACTIVE
@@ -21,6 +22,7 @@ __all__ = [
     "LIFECYCLE",
     "OBSERVATION",
     "Admission",
+    "ObservationCancelledError",
     "Preemption",
     "RuntimeSession",
     "observation_window_ms",

@@ -27,12 +27,16 @@ Rules (reference-runtime section 5):
 8. The engine's events, `Finished` included, are handled in the collector's step
    (`EngineCell.handle_until_finished`): a cell with no call left to wait for completes there
    and wakes its observer, without a pass of the cell task between.
+9. The cell task's wait for the JavaScript has the cell's one deadline: the end of the
+   observer's window (rule 6 of `_observer`), which wakes the observer, or after a termination
+   the time its turn is abandoned.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+import math
 from collections.abc import Callable
 
 import trio
@@ -77,7 +81,7 @@ from ._admission import Admission
 from ._callee import name_the_callee
 from ._calls import CellCalls
 from ._frontier import Frontier
-from ._observer import Observer
+from ._observer import ObservationCancelledError, Observer
 from ._output import CellOutput
 from ._phases import (
     ACTIVE,
@@ -157,7 +161,8 @@ class RuntimeCell:
         self._completion_error: str | None = None
         self._claimed = trio.Event()
         self._terminated: Terminated | None = None
-        self._js_wait = trio.CancelScope()  # given a deadline by a termination
+        self._js_wait = trio.CancelScope()  # its deadline: rule 9
+        self._abandon_at = math.inf
 
     @property
     def cpu_time_ms(self) -> float:
@@ -233,6 +238,12 @@ class RuntimeCell:
             self._initial_state = _Initial.DONE
             self._initial = None
 
+    def cancel_initial_response(self) -> None:
+        """The initial observation ends without a response: its `initial_response()` raises
+        `ObservationCancelledError`, now or when awaited (rule 7 of `_observer`)."""
+        if self._initial is not None:
+            self._initial.cancel()
+
     def release_initial_observer(self) -> None:
         """The `StartedCell` gave its initial observation up unawaited: `wait`s may observe."""
         if self._initial_state is _Initial.PENDING:
@@ -254,10 +265,14 @@ class RuntimeCell:
             while True:
                 if observer.frontier and self._frontier.undelivered:
                     await self._calls.all_started()  # rule 4 of `_calls`
+                if observer.cancelled:
+                    raise ObservationCancelledError()
                 response = self._response_for(observer)
                 if response is not None:
                     return response
-                await observer.sleep(timed=self.lifecycle is Lifecycle.RUNNING)
+                if self.lifecycle is Lifecycle.RUNNING:
+                    self._wake_at(observer.deadline)
+                await observer.sleep()
         finally:
             self._detach(observer)
 
@@ -324,6 +339,12 @@ class RuntimeCell:
         if self._observer is not None:
             self._observer.wake.set()
 
+    def _wake_at(self, deadline: float | None) -> None:
+        """The observer's window ends at `deadline` (None: not started, or no window): the
+        cell task's wait ends by then, and wakes it (rule 9)."""
+        if deadline is not None and deadline < self._js_wait.deadline:
+            self._js_wait.deadline = deadline
+
     # ---- termination -----------------------------------------------------------------------
 
     async def terminate(self) -> WaitOutcome:
@@ -359,7 +380,8 @@ class RuntimeCell:
         self._frontier.drop()
         if self._js_running:
             self._engine_cell.interrupt()
-            self._js_wait.deadline = trio.current_time() + ABANDON_AFTER
+            self._abandon_at = trio.current_time() + ABANDON_AFTER
+            self._js_wait.deadline = self._abandon_at
         self._calls.cancel(reason)
         self._wake_observer()
 
@@ -380,11 +402,19 @@ class RuntimeCell:
 
     async def _run_javascript(self) -> None:
         """Hand the engine's events to the handler until the JavaScript ended (its `Finished`
-        handled), or until a terminated turn is abandoned."""
+        handled), or until a terminated turn is abandoned; wake the observer whose window
+        ends meanwhile (rule 9)."""
         try:
-            with self._js_wait:
-                await self._engine_cell.handle_until_finished(self._handle_now)
-                return
+            while True:
+                with self._js_wait:
+                    await self._engine_cell.handle_until_finished(self._handle_now)
+                    return
+                if not self._js_running:
+                    return  # its Finished was handled as the deadline passed
+                if trio.current_time() >= self._abandon_at:
+                    break
+                self._js_wait = trio.CancelScope(deadline=self._abandon_at)
+                self._wake_observer()  # its window ended: it yields (`_response_for`)
             logger.warning(
                 "exec cell %s did not stop within %.1f s of its termination (a native call"
                 " that does not poll interrupts): its turn is abandoned",
@@ -432,7 +462,7 @@ class RuntimeCell:
                     if observer.expired(now):
                         self._mark_boundary(observer)
                     elif self.lifecycle is Lifecycle.RUNNING:
-                        observer.arm()
+                        self._wake_at(observer.deadline)
 
     def _fire_timer(self, timer_id: int) -> None:
         if self._js_running and self.lifecycle is Lifecycle.RUNNING:

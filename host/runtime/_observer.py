@@ -20,11 +20,18 @@ Rules:
 5. A frontier observer (`execute_to_pending`, `wait_to_pending`) has no window and no boundary:
    neither time, `yield_control()` nor `preempt` ends it; the cell's frontier, its completion
    or its termination does (reference-runtime 5.9).
+6. The observer's task sleeps without a deadline of its own: the end of its window is kept by
+   the cell's task, whose one cancel scope bounds its wait for the JavaScript (windows end only
+   while the JavaScript runs). A cancel scope per sleep cost about as much as the rest of a
+   trivial cell's observation.
+7. An observation can be cancelled without trio (`cancel()`, the host's `operation/cancel` of an
+   execute): its task raises `ObservationCancelledError` when it next wakes, before it takes
+   anything, as a cancelled task would at its checkpoint. The host's request needs no cancel
+   scope around the wait.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 import trio
@@ -49,6 +56,10 @@ def observation_window_ms(yield_time_ms: int, limits: CellLimits) -> int:
     return window
 
 
+class ObservationCancelledError(Exception):
+    """The observation was cancelled (rule 7): it took no output."""
+
+
 class Observer:
     """One observation of a cell.
 
@@ -58,15 +69,14 @@ class Observer:
         boundary: set when it must yield with the first `boundary` buffered items.
     """
 
-    __slots__ = ("boundary", "deadline", "waiting", "wake", "window_ms")
+    __slots__ = ("boundary", "cancelled", "deadline", "wake", "window_ms")
 
     def __init__(self, window_ms: int | None, *, start_now: bool) -> None:
         self.window_ms = window_ms
         self.deadline: float | None = None
         self.boundary: int | None = None
+        self.cancelled = False
         self.wake = trio.Event()
-        self.waiting: trio.CancelScope | None = None
-        """The scope its task waits in, if it waits: `arm()` gives it the deadline."""
         if start_now:
             self.start_window(trio.current_time())
 
@@ -79,22 +89,15 @@ class Observer:
         if self.deadline is None and self.window_ms is not None:
             self.deadline = now + self.window_ms / 1000
 
-    async def sleep(self, *, timed: bool) -> None:
-        """Until `wake` is set, or (if `timed`) until the deadline, also one `arm()` sets
-        meanwhile."""
+    async def sleep(self) -> None:
+        """Until `wake` is set (also at the end of the window, by the cell: rule 6)."""
         self.wake = trio.Event()
-        deadline = self.deadline if timed and self.deadline is not None else math.inf
-        try:
-            with trio.CancelScope(deadline=deadline) as self.waiting:
-                await self.wake.wait()
-        finally:
-            self.waiting = None
+        await self.wake.wait()
 
-    def arm(self) -> None:
-        """The window started while the observer's task sleeps: it wakes at the deadline
-        (not now, to set it itself: that cost every cell a step of its observer)."""
-        if self.waiting is not None and self.deadline is not None:
-            self.waiting.deadline = self.deadline
+    def cancel(self) -> None:
+        """End the observation without a response (rule 7)."""
+        self.cancelled = True
+        self.wake.set()
 
     def expired(self, now: float) -> bool:
         return self.deadline is not None and now >= self.deadline
