@@ -28,7 +28,13 @@ from typing import TypeVar
 import msgspec
 import trio
 from codemode_host.engine import Engine
-from codemode_host.runtime import Admission, ObservationCancelledError, Preemption, RuntimeSession
+from codemode_host.runtime import (
+    Admission,
+    ObservationCancelledError,
+    Preemption,
+    RuntimeCell,
+    RuntimeSession,
+)
 
 from codemode import (
     AdmissionLimits,
@@ -191,10 +197,13 @@ class Requests:
     # ---- dispatch ------------------------------------------------------------------------
 
     def start(self, request_id: int, request: HostRequest) -> None:
-        """Run a request the connection accepted, as a task."""
+        """Run a request the connection accepted, as a task (an execute's cell starts now)."""
         operation = _Cancellable()
         if isinstance(request, Execute | Wait | WaitToPending):
             self._active[request_id] = operation
+        if isinstance(request, Execute):
+            self._start_execute(request_id, request, operation)
+            return
         if isinstance(request, Wait):
             operation.preemption = Preemption()
         self._nursery.start_soon(self._run, request_id, request, operation)
@@ -233,9 +242,6 @@ class Requests:
         started = time.perf_counter()
         try:
             match request:
-                case Execute():
-                    await self._execute(request_id, request, operation, started)
-                    return
                 case Wait(session_id=session_id, request=wait):
                     result: Ok[HostResponse] | Err = CANCELLED
                     with operation.scope():
@@ -286,40 +292,58 @@ class Requests:
         )
         return Ok(value=SessionReady(session_id=request.session_id))
 
-    async def _execute(
-        self, request_id: int, request: Execute, operation: _Cancellable, started: float
-    ) -> None:
+    def _start_execute(self, request_id: int, request: Execute, operation: _Cancellable) -> None:
+        """Admit and start an execute's cell in the reader's step, and answer
+        `ExecutionStarted`; its initial observation is a task. The cell's task and the
+        observation then take their first steps in the same pass of the scheduler (a task
+        spawned by a request task took a pass of its own)."""
+        started = time.perf_counter()
         session_id = request.session_id
-        session = self._sessions[session_id]
-        delegate = _RemoteDelegate(self, session_id)
-        if isinstance(request, ExecuteToPending):
-            cell = session.start_to_pending(request.request, delegate)
-        else:
-            if operation.cancelled:  # cancelled before the runtime admitted it: no cell
-                self._respond(request_id, CANCELLED)
-                return
-            cell = session.start(request.request, delegate)
-            operation.observed = (session_id, cell.cell_id)
-        operation.end_observation = cell.cancel_initial_response
-        if operation.cancelled:  # an execute_to_pending, cancelled before its admission
-            cell.cancel_initial_response()
-        self._respond(request_id, Ok(value=ExecutionStarted(cell_id=cell.cell_id)))
-        initial: Ok[RuntimeResponse | Pending] | Err = CANCELLED
         try:
-            initial = Ok(value=_timed(await cell.initial_response(), started))
-        except ObservationCancelledError:
-            pass
+            session = self._sessions[session_id]
+            delegate = _RemoteDelegate(self, session_id)
+            if isinstance(request, ExecuteToPending):
+                cell = session.start_to_pending(request.request, delegate)
+            else:
+                cell = session.start(request.request, delegate)
+                operation.observed = (session_id, cell.cell_id)
         except CodeModeError as error:
-            initial = _failure(error)
+            self._active.pop(request_id, None)
+            self._respond(request_id, _failure(error))
+            return
         except Exception as error:
             logger.exception("code-mode execute %s failed", request_id)
-            initial = Err(
-                kind=ErrorKind.INTERNAL, message=f"code-mode request task failed: {error}"
+            self._active.pop(request_id, None)
+            self._respond(
+                request_id,
+                Err(kind=ErrorKind.INTERNAL, message=f"code-mode request task failed: {error}"),
             )
-        if cell.closing:
-            # Its `cell/closed` follows in a moment: answer then, and both frames leave in one
-            # write (one wake-up of the client instead of two).
-            await cell.closed.wait()
+            return
+        operation.end_observation = cell.cancel_initial_response
+        self._respond(request_id, Ok(value=ExecutionStarted(cell_id=cell.cell_id)))
+        self._nursery.start_soon(self._observe_initial, request_id, cell, started)
+
+    async def _observe_initial(self, request_id: int, cell: RuntimeCell, started: float) -> None:
+        """An execute's initial observation, answered as `operation/initial`."""
+        initial: Ok[RuntimeResponse | Pending] | Err = CANCELLED
+        try:
+            try:
+                initial = Ok(value=_timed(await cell.initial_response(), started))
+            except ObservationCancelledError:
+                pass
+            except CodeModeError as error:
+                initial = _failure(error)
+            except Exception as error:
+                logger.exception("code-mode execute %s failed", request_id)
+                initial = Err(
+                    kind=ErrorKind.INTERNAL, message=f"code-mode request task failed: {error}"
+                )
+            if cell.closing:
+                # Its `cell/closed` follows in a moment: answer then, and both frames leave in
+                # one write (one wake-up of the client instead of two).
+                await cell.closed.wait()
+        finally:
+            self._active.pop(request_id, None)
         self._connection.respond_initial(request_id, initial)
         self._flush()
 

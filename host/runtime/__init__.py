@@ -8,6 +8,7 @@ from codemode._trio import CLEANUP_GRACE as CLEANUP_GRACE
 
 from ._admission import Admission as Admission
 from ._admission import worker_ceiling as worker_ceiling
+from ._cell import RuntimeCell as RuntimeCell
 from ._observer import ObservationCancelledError as ObservationCancelledError
 from ._observer import Preemption as Preemption
 from ._observer import observation_window_ms as observation_window_ms
@@ -24,6 +25,7 @@ __all__ = [
     "Admission",
     "ObservationCancelledError",
     "Preemption",
+    "RuntimeCell",
     "RuntimeSession",
     "observation_window_ms",
     "worker_ceiling",
