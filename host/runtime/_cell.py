@@ -27,16 +27,14 @@ Rules (reference-runtime section 5):
 8. The engine's events, `Finished` included, are handled in the collector's step
    (`EngineCell.handle_until_finished`): a cell with no call left to wait for completes there
    and wakes its observer, without a pass of the cell task between.
-9. The cell task's wait for the JavaScript has the cell's one deadline: the end of the
-   observer's window (rule 6 of `_observer`), which wakes the observer, or after a termination
-   the time its turn is abandoned.
+9. The cell task's wait for the JavaScript (`_jswait`) keeps the cell's one deadline: the end
+   of the observer's window (rule 6 of `_observer`), or after a termination the time its turn
+   is abandoned.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
-import math
 from collections.abc import Callable
 
 import trio
@@ -81,12 +79,14 @@ from ._admission import Admission
 from ._callee import name_the_callee
 from ._calls import CellCalls
 from ._frontier import Frontier
+from ._jswait import JavaScriptWait
 from ._observer import ObservationCancelledError, Observer
 from ._output import CellOutput
 from ._phases import (
     ACTIVE,
     LIFECYCLE,
     OBSERVATION,
+    Initial,
     Lifecycle,
     LifecycleTrigger,
     Watch,
@@ -95,17 +95,6 @@ from ._phases import (
 from ._timers import CellTimers
 
 logger = logging.getLogger("codemode.runtime")
-
-ABANDON_AFTER = 0.5
-"""Seconds a terminated cell's JavaScript has to stop before its turn is abandoned: a native
-call that does not poll the interrupt flag (a huge typed-array sort) runs on, on its worker,
-and its runtime is freed when it returns; the termination goes on without it."""
-
-
-class _Initial(enum.Enum):
-    PENDING = "pending"
-    AWAITED = "awaited"
-    DONE = "done"
 
 
 class RuntimeCell:
@@ -156,13 +145,12 @@ class RuntimeCell:
         self._output = CellOutput(cell_id, engine_cell, max_response_bytes)
         self._writes: dict[str, bytes] = {}
         self._initial: Observer | None = Observer(initial_window_ms, start_now=False)
-        self._initial_state = _Initial.PENDING
+        self._initial_state = Initial.PENDING
         self._observer: Observer | None = self._initial
         self._completion_error: str | None = None
         self._claimed = trio.Event()
         self._terminated: Terminated | None = None
-        self._js_wait = trio.CancelScope()  # its deadline: rule 9
-        self._abandon_at = math.inf
+        self._js_wait = JavaScriptWait(cell_id, engine_cell)
 
     @property
     def cpu_time_ms(self) -> float:
@@ -227,15 +215,15 @@ class RuntimeCell:
         """The observation `execute` attached, awaited once by `StartedCell.initial_response`
         (rule 5)."""
         observer = self._initial
-        if self._initial_state is not _Initial.PENDING or observer is None:
+        if self._initial_state is not Initial.PENDING or observer is None:
             raise CodeModeError(
                 f"the initial response of exec cell {self.cell_id} was already taken or released"
             )
-        self._initial_state = _Initial.AWAITED
+        self._initial_state = Initial.AWAITED
         try:
             return await self.observe(observer)
         finally:
-            self._initial_state = _Initial.DONE
+            self._initial_state = Initial.DONE
             self._initial = None
 
     def cancel_initial_response(self) -> None:
@@ -246,8 +234,8 @@ class RuntimeCell:
 
     def release_initial_observer(self) -> None:
         """The `StartedCell` gave its initial observation up unawaited: `wait`s may observe."""
-        if self._initial_state is _Initial.PENDING:
-            self._initial_state = _Initial.DONE
+        if self._initial_state is Initial.PENDING:
+            self._initial_state = Initial.DONE
             if self._initial is not None:
                 self._detach(self._initial)
             self._initial = None
@@ -271,7 +259,7 @@ class RuntimeCell:
                 if response is not None:
                     return response
                 if self.lifecycle is Lifecycle.RUNNING:
-                    self._wake_at(observer.deadline)
+                    self._js_wait.wake_at(observer.deadline)
                 await observer.sleep()
         finally:
             self._detach(observer)
@@ -339,12 +327,6 @@ class RuntimeCell:
         if self._observer is not None:
             self._observer.wake.set()
 
-    def _wake_at(self, deadline: float | None) -> None:
-        """The observer's window ends at `deadline` (None: not started, or no window): the
-        cell task's wait ends by then, and wakes it (rule 9)."""
-        if deadline is not None and deadline < self._js_wait.deadline:
-            self._js_wait.deadline = deadline
-
     # ---- termination -----------------------------------------------------------------------
 
     async def terminate(self) -> WaitOutcome:
@@ -380,8 +362,7 @@ class RuntimeCell:
         self._frontier.drop()
         if self._js_running:
             self._engine_cell.interrupt()
-            self._abandon_at = trio.current_time() + ABANDON_AFTER
-            self._js_wait.deadline = self._abandon_at
+            self._js_wait.abandon_soon()
         self._calls.cancel(reason)
         self._wake_observer()
 
@@ -405,22 +386,7 @@ class RuntimeCell:
         handled), or until a terminated turn is abandoned; wake the observer whose window
         ends meanwhile (rule 9)."""
         try:
-            while True:
-                with self._js_wait:
-                    await self._engine_cell.handle_until_finished(self._handle_now)
-                    return
-                if not self._js_running:
-                    return  # its Finished was handled as the deadline passed
-                if trio.current_time() >= self._abandon_at:
-                    break
-                self._js_wait = trio.CancelScope(deadline=self._abandon_at)
-                self._wake_observer()  # its window ended: it yields (`_response_for`)
-            logger.warning(
-                "exec cell %s did not stop within %.1f s of its termination (a native call"
-                " that does not poll interrupts): its turn is abandoned",
-                self.cell_id,
-                ABANDON_AFTER,
-            )
+            await self._js_wait.run(self._handle_now, self._wake_observer)
         finally:
             self._js_running = False
             self._timers.cancel_all()
@@ -462,7 +428,7 @@ class RuntimeCell:
                     if observer.expired(now):
                         self._mark_boundary(observer)
                     elif self.lifecycle is Lifecycle.RUNNING:
-                        self._wake_at(observer.deadline)
+                        self._js_wait.wake_at(observer.deadline)
 
     def _fire_timer(self, timer_id: int) -> None:
         if self._js_running and self.lifecycle is Lifecycle.RUNNING:

@@ -111,3 +111,12 @@ OBSERVATION: StateTable[Watch, WatchTrigger] = StateTable(
         Watch.YIELDING: {WatchTrigger.BOUNDARY: Watch.YIELDING, WatchTrigger.DETACH: Watch.IDLE},
     },
 )
+
+
+class Initial(enum.Enum):
+    """Where a cell's initial observation stands (rule 5 of `_cell`): neither awaited nor
+    released yet, awaited, or done with (answered, released or cancelled)."""
+
+    PENDING = "pending"
+    AWAITED = "awaited"
+    DONE = "done"
