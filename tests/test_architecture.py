@@ -130,6 +130,7 @@ def test_the_host_imports_only_the_front_door_the_protocol_and_the_trio_helpers(
             assert not _ours(names, "codemode_host.runtime"), path
             assert {n for n in _ours(names, "codemode") if n != "codemode"} <= {
                 "codemode._trio",
+                "codemode._trio.Alarms",
                 "codemode._trio.open_service_nursery",
             }, path
 

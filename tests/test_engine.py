@@ -775,6 +775,7 @@ async def test_a_handler_gets_every_event_in_order_and_finished_is_returned() ->
             source = "for (let i = 0; i < 50; i++) { text(String(i)); await null; }"
             with engine.start_cell(source) as cell:
                 finished = await cell.handle_until_finished(handle)
+    assert finished is not None
     assert finished.outcome is Outcome.OK
     assert texts == [str(i) for i in range(50)]
     assert finishes == [finished]
@@ -792,6 +793,33 @@ async def test_a_handler_gets_what_was_published_before_it_was_set() -> None:
                 finished = await cell.handle_until_finished(seen.append)
     assert [type(event) for event in seen] == [Started, TextOutput, Finished]
     assert seen[-1] is finished
+
+
+async def test_stop_handling_ends_the_wait_without_finished_and_the_events_wait() -> None:
+    # The runtime abandons a terminated turn that does not stop this way.
+    async with open_engine() as engine:
+        with trio.fail_after(30):
+            source = 'text("one"); await new Promise(() => {})'
+            with engine.start_cell(source) as cell:
+                seen: list[CellEvent] = []
+
+                async def stop_once_seen() -> None:
+                    while not any(isinstance(event, TextOutput) for event in seen):
+                        await trio.lowlevel.checkpoint()
+                    cell.stop_handling()
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(stop_once_seen)
+                    stopped = await cell.handle_until_finished(seen.append)
+                cell.interrupt()
+                later: list[CellEvent] = []  # no handler: they wait in the cell
+                while not any(isinstance(event, Finished) for event in later):
+                    later += await cell.next_events()
+            finished = await run_cell(engine, 'text("two")')
+    assert stopped is None
+    assert [type(event) for event in seen[:2]] == [Started, TextOutput]
+    assert isinstance(later[-1], Finished)
+    assert finished.texts == ["two"]
 
 
 async def test_a_failing_handler_fails_its_own_cell_task_only() -> None:

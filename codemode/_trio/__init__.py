@@ -8,8 +8,11 @@ Private: the host (`codemode_host`) imports them from here, applications never d
 - `RunOnce`: a job run once as a task, awaited to its end by every caller.
 - `FrameWriter`: sends what a sans-IO connection queued, in order, at once when it can.
 - `ChunkReader`: receives what the peer sent, one pass of the scheduler per arrival.
+- `Alarms`: many deadlines served by one task (the host's engine keeps its cells' there).
 """
 
+from ._alarms import Alarm as Alarm
+from ._alarms import Alarms as Alarms
 from ._callbacks import CLEANUP_GRACE as CLEANUP_GRACE
 from ._callbacks import CallbackGroup as CallbackGroup
 from ._nursery import open_service_nursery as open_service_nursery
@@ -20,6 +23,8 @@ from ._writer import FrameWriter as FrameWriter
 
 __all__ = [
     "CLEANUP_GRACE",
+    "Alarm",
+    "Alarms",
     "CallbackGroup",
     "ChunkReader",
     "FrameWriter",

@@ -11,7 +11,12 @@ A cell task then loops on `await cell.next_events()`, or hands its events to a h
 so that an event costs no pass of the scheduler to reach the cell (a tool call leaves for its
 delegate in the step that drained it, a completion for its observer); only `Finished`, handled
 too, wakes the cell task. An exception of the handler is raised in the cell task, never in the
-collector, which serves every cell.
+collector, which serves every cell. `stop_handling()` ends the wait without a `Finished` (a
+terminated turn that does not stop is abandoned).
+
+`Engine.alarms` keeps the deadlines of those who use the engine's cells (an observation's
+window, a terminated turn's last moment) in one task of the engine (`codemode._trio.Alarms`):
+a cancel scope per deadline cost a cell about as much as a pass of the scheduler.
 
 Resource handling: each `EngineCell` owns a QuickJS runtime until `close()` (or the end of a
 `with` block); `open_engine` closes the engine on exit, which interrupts every cell still
@@ -39,7 +44,7 @@ from typing import NoReturn
 import msgspec
 import trio
 
-from codemode._trio import open_service_nursery
+from codemode._trio import Alarms, open_service_nursery
 
 from .. import _quickjs
 from ._events import CellEvent, Finished, decode_event
@@ -114,6 +119,7 @@ class EngineCell:
         self._wakeup: trio.Event | None = None
         self._handle: Callable[[CellEvent], None] | None = None
         self._failure: Exception | None = None
+        self._stopped = False
         key = native.key
         assert key is not None, "a fresh cell always has its key"
         self.key: int = key
@@ -137,10 +143,17 @@ class EngineCell:
         if self._wakeup is not None:
             self._wakeup.set()
 
-    async def handle_until_finished(self, handle: Callable[[CellEvent], None]) -> Finished:
+    def stop_handling(self) -> None:
+        """`handle_until_finished` returns None now, or as soon as it is called, unless the
+        `Finished` was handled first; the events that follow wait in the cell."""
+        self._stopped = True
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    async def handle_until_finished(self, handle: Callable[[CellEvent], None]) -> Finished | None:
         """Hand every event to `handle` (in the collector's task while this one waits) until
-        `Finished`, which is handled too and returned; an exception of `handle` is raised
-        here."""
+        `Finished`, which is handled too and returned (None: `stop_handling()` came first); an
+        exception of `handle` is raised here."""
         events, self._pending = self._pending, []
         for index, event in enumerate(events):  # published before the handler was set
             handle(event)
@@ -150,7 +163,7 @@ class EngineCell:
                 return event
         self._handle = handle  # from now on, every event reaches it in the collector
         try:
-            while not self._pending:
+            while not self._pending and not self._stopped:
                 self._wakeup = trio.Event()
                 await self._wakeup.wait()
                 self._wakeup = None
@@ -159,6 +172,8 @@ class EngineCell:
         if self._failure is not None:
             failure, self._failure = self._failure, None
             raise failure
+        if not self._pending:
+            return None  # stopped
         finished = self._pending.pop(0)  # what woke this task: the Finished it handled
         assert isinstance(finished, Finished)
         return finished
@@ -235,6 +250,9 @@ class Engine:
         self._next_key = 1
         self._closed_since_release = 0
         self._release_due = trio.Event()
+        self.alarms = Alarms()
+        """The deadlines of the cells' users, run in the engine's own task (rule 1 of
+        `codemode._trio.Alarms`: a function that does not block)."""
 
     @property
     def live_cells(self) -> int:
@@ -426,6 +444,7 @@ async def open_engine(
     try:
         async with open_service_nursery() as nursery:
             nursery.start_soon(engine._collect)
+            nursery.start_soon(engine.alarms.run)
             if release_when_idle:
                 nursery.start_soon(engine._release_when_idle)
             try:

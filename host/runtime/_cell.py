@@ -27,9 +27,9 @@ Rules (reference-runtime section 5):
 8. The engine's events, `Finished` included, are handled in the collector's step
    (`EngineCell.handle_until_finished`): a cell with no call left to wait for completes there
    and wakes its observer, without a pass of the cell task between.
-9. The cell task's wait for the JavaScript (`_jswait`) keeps the cell's one deadline: the end
-   of the observer's window (rule 6 of `_observer`), or after a termination the time its turn
-   is abandoned.
+9. The cell's deadlines are alarms of the engine (`_jswait`), kept while the cell task waits
+   for the JavaScript: the end of the observer's window (rule 6 of `_observer`), and after a
+   termination the time its turn is abandoned.
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ from codemode import (
     WaitOutcome,
     Yielded,
 )
+from codemode._trio import Alarms
 from codemode.errors import (
     AlreadyTerminatingError,
     CodeModeError,
@@ -113,6 +114,7 @@ class RuntimeCell:
         initial_window_ms: int | None,
         max_response_bytes: int | None,
         admission: Admission,
+        alarms: Alarms,
     ) -> None:
         self.cell_id = cell_id
         self.lifecycle = Lifecycle.RUNNING
@@ -150,7 +152,7 @@ class RuntimeCell:
         self._completion_error: str | None = None
         self._claimed = trio.Event()
         self._terminated: Terminated | None = None
-        self._js_wait = JavaScriptWait(cell_id, engine_cell)
+        self._js_wait = JavaScriptWait(cell_id, engine_cell, alarms)
 
     @property
     def cpu_time_ms(self) -> float:
@@ -259,7 +261,7 @@ class RuntimeCell:
                 if response is not None:
                     return response
                 if self.lifecycle is Lifecycle.RUNNING:
-                    self._js_wait.wake_at(observer.deadline)
+                    self._js_wait.wake_at(observer.deadline, self._wake_observer)
                 await observer.sleep()
         finally:
             self._detach(observer)
@@ -386,7 +388,7 @@ class RuntimeCell:
         handled), or until a terminated turn is abandoned; wake the observer whose window
         ends meanwhile (rule 9)."""
         try:
-            await self._js_wait.run(self._handle_now, self._wake_observer)
+            await self._js_wait.run(self._handle_now)
         finally:
             self._js_running = False
             self._timers.cancel_all()
@@ -428,7 +430,7 @@ class RuntimeCell:
                     if observer.expired(now):
                         self._mark_boundary(observer)
                     elif self.lifecycle is Lifecycle.RUNNING:
-                        self._js_wait.wake_at(observer.deadline)
+                        self._js_wait.wake_at(observer.deadline, self._wake_observer)
 
     def _fire_timer(self, timer_id: int) -> None:
         if self._js_running and self.lifecycle is Lifecycle.RUNNING:

@@ -1,21 +1,22 @@
-"""The cell task's wait for its JavaScript, which keeps the cell's one deadline (rule 9 of
-`_cell`).
+"""The cell task's wait for its JavaScript, and the cell's deadlines (rule 9 of `_cell`).
 
-The wait hands the engine's events to the cell's handler until `Finished`. Its cancel scope
-carries the deadline: the end of the observer's window, at which the observer is woken and the
-wait goes on, or, after a termination, the time the running turn is abandoned. One scope a
-cell, instead of one per sleep of an observer: a trio cancel scope costs about as much as the
-rest of a trivial cell's observation.
+The wait hands the engine's events to the cell's handler until `Finished`. The cell's two
+deadlines are alarms of the engine (`Engine.alarms`), not cancel scopes around the wait: the
+end of the observer's window, at which the observer is woken, and, after a termination, the
+moment the running turn is abandoned, at which the wait stops. A cancel scope costs about as
+much as the rest of a trivial cell's observation (`docs/benchmarks.md`, seventh round), and
+nearly every window outlives its cell.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable
 
 import trio
-from codemode_host.engine import CellEvent, EngineCell, Finished
+from codemode_host.engine import CellEvent, EngineCell
+
+from codemode._trio import Alarm, Alarms
 
 logger = logging.getLogger("codemode.runtime")
 
@@ -26,60 +27,60 @@ and its runtime is freed when it returns; the termination goes on without it."""
 
 
 class JavaScriptWait:
-    """Waits for one cell's `Finished`, with a deadline the cell moves.
+    """Waits for one cell's `Finished`, and keeps the cell's deadlines meanwhile.
 
-    It holds no reference to the cell (its callbacks are `run`'s arguments): a cell and its
-    wait are no reference cycle, and an ended cell is freed by reference counts.
+    It holds no reference to the cell (its callbacks are arguments, and its alarms are
+    cancelled when the wait ends): a cell and its wait are no reference cycle, and an ended
+    cell is freed by reference counts.
 
     Args:
         cell_id: the cell's id, for the log.
         engine_cell: the cell whose events are handled.
+        alarms: where the deadlines wait (the engine's).
     """
 
-    def __init__(self, cell_id: str, engine_cell: EngineCell) -> None:
+    def __init__(self, cell_id: str, engine_cell: EngineCell, alarms: Alarms) -> None:
         self._cell_id = cell_id
         self._engine_cell = engine_cell
-        self._scope = trio.CancelScope()
-        self._abandon_at = math.inf
-        self._finished = False
+        self._alarms = alarms
+        self._window: Alarm | None = None
+        self._abandon: Alarm | None = None
+        self._over = False
 
-    def wake_at(self, deadline: float | None) -> None:
-        """An observer's window ends at `deadline` (None: not started, or no window); the
-        deadline only moves earlier, and a stale one merely wakes the observer early, which
-        then finds its window running and asks again."""
-        if deadline is not None and deadline < self._scope.deadline:
-            self._scope.deadline = deadline
+    def wake_at(self, deadline: float | None, wake: Callable[[], None]) -> None:
+        """An observer's window ends at `deadline` (None: not started, or no window): `wake()`
+        then. An earlier alarm left by an observer that ended early stays: it merely wakes this
+        one early, which finds its window running and asks again."""
+        if deadline is None or self._over:
+            return
+        window = self._window
+        if window is not None and window.pending:
+            if window.when <= deadline:
+                return
+            window.cancel()
+        self._window = self._alarms.call_at(deadline, wake)
 
     def abandon_soon(self) -> None:
         """The cell was terminated (its JavaScript interrupted): give its running turn up
         `ABANDON_AFTER` from now if it has not ended by then."""
-        self._abandon_at = trio.current_time() + ABANDON_AFTER
-        self._scope.deadline = self._abandon_at
+        if not self._over and self._abandon is None:
+            self._abandon = self._alarms.call_at(
+                trio.current_time() + ABANDON_AFTER, self._engine_cell.stop_handling
+            )
 
-    async def run(
-        self, handle: Callable[[CellEvent], None], window_ended: Callable[[], None]
-    ) -> None:
+    async def run(self, handle: Callable[[CellEvent], None]) -> None:
         """Hand every event to `handle` until `Finished` was handled, or until the turn was
-        abandoned; `window_ended()` wakes the observer whose window ended (it then yields)."""
-
-        def handle_one(event: CellEvent) -> None:
-            if isinstance(event, Finished):
-                self._finished = True
-            handle(event)
-
-        while True:
-            with self._scope:
-                await self._engine_cell.handle_until_finished(handle_one)
-                return
-            if self._finished:
-                return  # its Finished was handled as the deadline passed
-            if trio.current_time() >= self._abandon_at:
+        abandoned."""
+        try:
+            if await self._engine_cell.handle_until_finished(handle) is None:
                 logger.warning(
                     "exec cell %s did not stop within %.1f s of its termination (a native call"
                     " that does not poll interrupts): its turn is abandoned",
                     self._cell_id,
                     ABANDON_AFTER,
                 )
-                return
-            self._scope = trio.CancelScope(deadline=self._abandon_at)
-            window_ended()
+        finally:
+            self._over = True  # a window can end only while the JavaScript runs
+            for alarm in (self._window, self._abandon):
+                if alarm is not None:
+                    alarm.cancel()

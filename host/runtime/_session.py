@@ -196,6 +196,7 @@ class RuntimeSession:
             ),
             max_response_bytes=self._max_response_bytes,
             admission=self._admission,
+            alarms=self._engine.alarms,
         )
         self._cells[cell_id] = cell
         self._nursery.start_soon(cell.run)
