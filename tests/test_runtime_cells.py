@@ -494,3 +494,21 @@ async def test_invalid_limits_are_refused(
         CodeModeError, match=f"^invalid code-mode session execution limits: {problem}$"
     ):
         await provider.create_session(limits=limits)
+
+
+async def test_timers_due_together_fire_in_the_order_they_were_set(
+    session: Session, delegate: RecordingDelegate
+) -> None:
+    # HTML's timer rule: timers of equal delay run in the order they were set.
+    source = """
+        const order = [];
+        await new Promise((resolve) => {
+            for (let i = 0; i < 20; i++) {
+                setTimeout(() => { order.push(i); if (order.length === 20) resolve(); }, 5);
+            }
+        });
+        text(order.join(","));
+    """
+    with trio.fail_after(10):
+        response = await run(session, delegate, source)
+    assert texts(response) == [",".join(str(i) for i in range(20))]

@@ -142,7 +142,7 @@ class RuntimeCell:
             submit=self._frontier.submit,
             admission=admission,
         )
-        self._timers = CellTimers(nursery, self._frontier.submit)
+        self._timers = CellTimers(alarms, self._frontier.submit)
         self._js_running = True
         self._output = CellOutput(cell_id, engine_cell, max_response_bytes)
         self._writes: dict[str, bytes] = {}

@@ -1,9 +1,10 @@
-"""A cell's timers (`setTimeout`): each waits as a task in the session's nursery, in a cancel
-scope of its own, and fires through the cell's frontier (which holds the firing while the cell
-is paused). Not a nursery per cell: that cost every cell a pass of the scheduler.
+"""A cell's timers (`setTimeout`): each is an alarm of the engine (`Engine.alarms`), which fires
+through the cell's frontier (which holds the firing while the cell is paused). Not a task with
+a cancel scope per timer: that cost a timer two of trio's dearest operations, and timers that
+come due together now fire in the order they were set.
 
-This holds no reference to the cell (only the frontier's `submit`): a cell and its timers are
-no reference cycle, and an ended cell is freed by reference counts.
+Its alarms refer to the cell (through `fire`) until they fire or are cancelled; the cell cancels
+them all when its JavaScript ends, so an ended cell is freed by reference counts.
 """
 
 from __future__ import annotations
@@ -12,46 +13,40 @@ from collections.abc import Callable
 
 import trio
 
+from codemode._trio import Alarm, Alarms
+
 
 class CellTimers:
     """The pending timers of one cell.
 
     Args:
-        nursery: where the timers wait (the session's).
+        alarms: where the timers wait (the engine's).
         submit: runs a command for the engine now, or later if the cell is paused.
     """
 
-    def __init__(self, nursery: trio.Nursery, submit: Callable[[Callable[[], None]], None]) -> None:
-        self._nursery = nursery
+    def __init__(self, alarms: Alarms, submit: Callable[[Callable[[], None]], None]) -> None:
+        self._alarms = alarms
         self._submit = submit
-        self._scopes: dict[int, trio.CancelScope] = {}
+        self._pending: dict[int, Alarm] = {}
 
     def start(self, timer_id: int, delay_ms: int, fire: Callable[[int], None]) -> None:
         """`fire(timer_id)` is submitted once `delay_ms` passed, unless cleared first."""
-        scope = trio.CancelScope()
-        self._scopes[timer_id] = scope
-        self._nursery.start_soon(self._wait, timer_id, delay_ms, scope, fire)
+
+        def due() -> None:
+            del self._pending[timer_id]
+            self._submit(lambda: fire(timer_id))
+
+        when = trio.current_time() + delay_ms / 1000
+        self._pending[timer_id] = self._alarms.call_at(when, due)
 
     def clear(self, timer_id: int) -> None:
         """`clearTimeout`: the timer never fires (nothing if it fired or is unknown)."""
-        cleared = self._scopes.pop(timer_id, None)
+        cleared = self._pending.pop(timer_id, None)
         if cleared is not None:
             cleared.cancel()
 
     def cancel_all(self) -> None:
         """The JavaScript ended: no timer fires any more."""
-        for scope in self._scopes.values():
-            scope.cancel()
-        self._scopes.clear()
-
-    async def _wait(
-        self,
-        timer_id: int,
-        delay_ms: int,
-        scope: trio.CancelScope,
-        fire: Callable[[int], None],
-    ) -> None:
-        with scope:
-            await trio.sleep(delay_ms / 1000)
-            self._scopes.pop(timer_id, None)
-            self._submit(lambda: fire(timer_id))
+        for alarm in self._pending.values():
+            alarm.cancel()
+        self._pending.clear()
