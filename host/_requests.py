@@ -1,11 +1,11 @@
 """The host's requests and reverse calls: each operation the client asked for, run on the runtime.
 
-Every request runs as its own task in the host's work nursery. A wait (either kind) runs inside
-a cancel scope that `operation/cancel` cancels; an execute is cancelled without one: a cancelled
-execute that was not admitted yet answers `code-mode request cancelled`, and once admitted a
-cancel only ends its initial observation, through the runtime's hook (the client terminates a
-cell it no longer wants). Terminate and shutdown are not cancellable. `operation/yield` preempts
-the cell an execute or a wait observes.
+Every request runs as its own task in the host's work nursery, but an execute's cell is admitted
+and started as its frame is read (only its initial observation is a task). A wait (either kind)
+runs inside a cancel scope that `operation/cancel` cancels; an execute's cancel ends its initial
+observation through the runtime's hook instead, and answers `code-mode request cancelled` (the
+client terminates a cell it no longer wants). Terminate and shutdown are not cancellable.
+`operation/yield` preempts the cell an execute or a wait observes.
 
 Reverse calls: a cell's tool call or notification becomes a `delegate/request` through the
 connection; when the cell cancels it, the connection sends `delegate/cancel`. A notification is

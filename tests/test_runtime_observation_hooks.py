@@ -3,9 +3,9 @@
 - Rule 7 of `runtime/_observer.py`: the host cancels an execute's initial observation through
   `RuntimeCell.cancel_initial_response`, without a trio cancel scope; the observation takes no
   output, and the next observer gets it.
-- Rule 9 of `runtime/_cell.py`: the cell task's wait keeps the observer's window end; a window
-  that ends while the JavaScript runs yields, and a deadline left by an observer that ended
-  early only wakes the next observer, which goes on waiting.
+- Rule 9 of `runtime/_cell.py`: the observer's window end is an alarm of the engine; a window
+  that ends while the JavaScript runs yields, and an alarm left by an observer that ended early
+  only wakes the next observer, which goes on waiting.
 """
 
 from __future__ import annotations

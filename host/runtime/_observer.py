@@ -20,10 +20,9 @@ Rules:
 5. A frontier observer (`execute_to_pending`, `wait_to_pending`) has no window and no boundary:
    neither time, `yield_control()` nor `preempt` ends it; the cell's frontier, its completion
    or its termination does (reference-runtime 5.9).
-6. The observer's task sleeps without a deadline of its own: the end of its window is kept by
-   the cell's task, whose one cancel scope bounds its wait for the JavaScript (windows end only
-   while the JavaScript runs). A cancel scope per sleep cost about as much as the rest of a
-   trivial cell's observation.
+6. The observer's task sleeps without a deadline of its own: the end of its window is an alarm
+   of the engine that wakes it (rule 9 of `_cell`; windows end only while the JavaScript runs).
+   A cancel scope per sleep cost about as much as the rest of a trivial cell's observation.
 7. An observation can be cancelled without trio (`cancel()`, the host's `operation/cancel` of an
    execute): its task raises `ObservationCancelledError` when it next wakes, before it takes
    anything, as a cancelled task would at its checkpoint. The host's request needs no cancel
