@@ -80,10 +80,12 @@ class Alarms:
 
     async def run(self) -> None:
         """Run the alarms as they come due, until cancelled."""
-        while True:
-            self._run_due(trio.current_time())
-            with trio.CancelScope(deadline=self._next_deadline()) as self._sleep:
-                await trio.sleep_forever()
+        try:
+            while True:
+                self._run_due(trio.current_time())
+                with trio.CancelScope(deadline=self._next_deadline()) as self._sleep:
+                    await trio.sleep_forever()
+        finally:
             self._sleep = None
 
     def _run_due(self, now: float) -> None:
