@@ -22,8 +22,10 @@ import os
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from codemode._trio._sockets import HostAddress, parse_address
+if TYPE_CHECKING:  # loaded by `listen_settings` when it listens: a stdio host does without it
+    from codemode._trio._sockets import HostAddress
 
 TOKEN_VARIABLE = "CODEMODE_HOST_TOKEN"
 
@@ -70,6 +72,8 @@ def listen_settings(
             if getattr(arguments, name) is not None:
                 parser.error(f"--{name.replace('_', '-')} only applies with --listen")
         return None
+    from codemode._trio._sockets import parse_address
+
     try:
         address = parse_address(arguments.listen)
     except ValueError as error:
