@@ -30,7 +30,7 @@ import trio
 logger = logging.getLogger("codemode.alarms")
 
 _COMPACT_AT = 64
-"""Cancelled entries that may sit in the heap before half of it being cancelled compacts it."""
+"""Past this many cancelled entries, the heap is compacted as soon as they are half of it."""
 
 
 class Alarm:
