@@ -96,6 +96,15 @@ def _failure(error: CodeModeError) -> Err:
     return Err(kind=error_kind(error), message=str(error))
 
 
+def _failed(error: Exception, what: str, request_id: int) -> Err:
+    """The answer to a request whose work raised `error`: a codemode error's own kind, else an
+    internal error, logged with its traceback (call it from the `except` block)."""
+    if isinstance(error, CodeModeError):
+        return _failure(error)
+    logger.exception("code-mode %s %s failed", what, request_id)
+    return Err(kind=ErrorKind.INTERNAL, message=f"code-mode request task failed: {error}")
+
+
 _Response = TypeVar("_Response", bound=Yielded | Completed | Terminated | Pending)
 
 
@@ -270,11 +279,8 @@ class Requests:
                     await self._sessions[session_id].shutdown()
                     del self._sessions[session_id]
                     result = Ok(value=SessionClosed(session_id=session_id))
-        except CodeModeError as error:
-            result = _failure(error)
         except Exception as error:
-            logger.exception("code-mode request %s failed", request_id)
-            result = Err(kind=ErrorKind.INTERNAL, message=f"code-mode request task failed: {error}")
+            result = _failed(error, "request", request_id)
         finally:
             self._active.pop(request_id, None)
         self._respond(request_id, result)
@@ -307,17 +313,9 @@ class Requests:
             else:
                 cell = session.start(request.request, delegate)
                 operation.observed = (session_id, cell.cell_id)
-        except CodeModeError as error:
-            self._active.pop(request_id, None)
-            self._respond(request_id, _failure(error))
-            return
         except Exception as error:
-            logger.exception("code-mode execute %s failed", request_id)
             self._active.pop(request_id, None)
-            self._respond(
-                request_id,
-                Err(kind=ErrorKind.INTERNAL, message=f"code-mode request task failed: {error}"),
-            )
+            self._respond(request_id, _failed(error, "execute", request_id))
             return
         operation.end_observation = cell.cancel_initial_response
         self._respond(request_id, Ok(value=ExecutionStarted(cell_id=cell.cell_id)))
@@ -331,13 +329,8 @@ class Requests:
                 initial = Ok(value=_timed(await cell.initial_response(), started))
             except ObservationCancelledError:
                 pass
-            except CodeModeError as error:
-                initial = _failure(error)
             except Exception as error:
-                logger.exception("code-mode execute %s failed", request_id)
-                initial = Err(
-                    kind=ErrorKind.INTERNAL, message=f"code-mode request task failed: {error}"
-                )
+                initial = _failed(error, "execute", request_id)
             if cell.closing:
                 # Its `cell/closed` follows in a moment: answer then, and both frames leave in
                 # one write (one wake-up of the client instead of two).

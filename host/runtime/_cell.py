@@ -385,8 +385,7 @@ class RuntimeCell:
 
     async def _run_javascript(self) -> None:
         """Hand the engine's events to the handler until the JavaScript ended (its `Finished`
-        handled), or until a terminated turn is abandoned; wake the observer whose window
-        ends meanwhile (rule 9)."""
+        handled), or until a terminated turn is abandoned (rule 9)."""
         try:
             await self._js_wait.run(self._handle_now)
         finally:
