@@ -16,32 +16,10 @@ import trio.testing
 from codemode_host.engine import Engine
 from codemode_host.runtime import ObservationCancelledError, RuntimeSession
 
-from codemode import (
-    CellLimits,
-    Completed,
-    ExecuteRequest,
-    InputText,
-    LiveCell,
-    WaitRequest,
-    Yielded,
-)
+from codemode import CellLimits, Completed, InputText, LiveCell, WaitRequest, Yielded
 from tests.delegates import RecordingDelegate
-from tests.sessions import LONG_MS, texts, tool
-
-
-def request(source: str, *, yield_time_ms: int = LONG_MS) -> ExecuteRequest:
-    return ExecuteRequest(
-        tool_call_id="call-1",
-        source=source,
-        enabled_tools=[tool("echo")],
-        yield_time_ms=yield_time_ms,
-    )
-
-
-def holding() -> RecordingDelegate:
-    delegate = RecordingDelegate()
-    delegate.hold_tools = True
-    return delegate
+from tests.sessions import LONG_MS, texts
+from tests.test_pending_frontier import holding, request
 
 
 async def test_a_cancelled_initial_observation_takes_no_output(engine: Engine) -> None:
