@@ -3,7 +3,8 @@
 Private: the host (`codemode_host`) imports them from here, applications never do.
 
 - `OneShot`: a value delivered once and awaited (the answer to something sent across the wire).
-- `CallbackGroup`, `CLEANUP_GRACE`: delegate calls of one cell as cancellable tasks.
+- `CallbackGroup`, `CallWorkers`, `DelegateCall`, `CLEANUP_GRACE`: delegate calls of one cell,
+  cancellable, run by parked worker tasks.
 - `open_service_nursery`: a nursery whose body's own exception leaves it unwrapped.
 - `RunOnce`: a job run once as a task, awaited to its end by every caller.
 - `FrameWriter`: sends what a sans-IO connection queued, in order, at once when it can.
@@ -15,6 +16,8 @@ from ._alarms import Alarm as Alarm
 from ._alarms import Alarms as Alarms
 from ._callbacks import CLEANUP_GRACE as CLEANUP_GRACE
 from ._callbacks import CallbackGroup as CallbackGroup
+from ._callbacks import CallWorkers as CallWorkers
+from ._callbacks import DelegateCall as DelegateCall
 from ._nursery import open_service_nursery as open_service_nursery
 from ._once import RunOnce as RunOnce
 from ._oneshot import OneShot as OneShot
@@ -25,8 +28,10 @@ __all__ = [
     "CLEANUP_GRACE",
     "Alarm",
     "Alarms",
+    "CallWorkers",
     "CallbackGroup",
     "ChunkReader",
+    "DelegateCall",
     "FrameWriter",
     "OneShot",
     "RunOnce",

@@ -1,22 +1,41 @@
-"""Delegate calls of one cell (its tool calls, or its notifications) as cancellable tasks.
+"""Delegate calls of one cell (its tool calls, or its notifications) as cancellable calls, run
+by parked worker tasks.
 
 Shared by the runtime (calls into the application) and the process provider (calls the host
 forwards to the application).
 
-Each call runs as a task of the session's nursery inside its own cancel scope, so the group can
-cancel them all without owning a nursery: a cell that ends waits for its calls to return *or*
-for a grace period (`wait_idle()` under a timeout), whichever comes first, and a delegate that
-shields its cleanup cannot hold the cell hostage (DESIGN section 4). A task left running past
-the grace still belongs to the session's nursery, which awaits it.
+A `CallbackGroup` holds one cell's calls; `CallWorkers` runs them, in the tasks of a borrowed
+nursery (the session's, or the host link's). Each worker task runs one call at a time inside a
+cancel scope of its own, and parks between calls until the next one is handed to it. So the
+group can cancel one call, or all of its calls, without owning a nursery: a cell that ends waits
+for its calls to return *or* for a grace period (`wait_idle()` under a timeout), whichever comes
+first, and a delegate that shields its cleanup cannot hold the cell hostage (DESIGN section 4). A
+worker left running past the grace still belongs to the nursery, which awaits it.
 
-`all_started()` waits until every task started so far has run its first step: its delegate
-has seen the call (a pending frontier is delivered only then).
+`all_started()` waits until every call started so far has begun: its worker has taken it to the
+delegate's first checkpoint, so the delegate has seen the call (a pending frontier is delivered
+only then).
+
+Rules:
+1. A call costs the wake-up of a parked worker, not a spawned task and a cancel scope of its own
+   (those two were a third of the client's work per nested tool call, `docs/benchmarks.md`,
+   eighth round). A worker is spawned only when none is parked.
+2. Cancelling a call cancels its worker's scope, so that worker ends after the call (its scope
+   stays cancelled) instead of parking: cancellation costs a spawn later, never a late cancel of
+   another call. A call cancelled before its worker took it is cancelled as soon as it is taken,
+   so the delegate sees it and meets `Cancelled` at its first checkpoint, as a task started in a
+   cancelled scope would.
+3. At most `keep` workers park; a worker finishing a call when that many are parked ends. After
+   `close()` none parks: those parked end, and busy ones end after their call.
+4. A call runs in the `contextvars` context its worker started in (a copy of the context of
+   whoever made the first call that needed a new worker); a context variable a delegate sets and
+   never resets is seen by that worker's later calls.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TypeVarTuple
+from typing import Any, TypeVarTuple
 
 import trio
 
@@ -26,65 +45,163 @@ CLEANUP_GRACE = 1.0
 """Seconds a closing cell waits for its cancelled delegate calls (DESIGN section 4)."""
 
 
-class CallbackGroup:
-    """Tasks started in a borrowed nursery, each with a cancel scope this group owns."""
+class _Worker:
+    """A task that runs calls one at a time (rule 1)."""
 
-    def __init__(self, nursery: trio.Nursery) -> None:
+    __slots__ = ("next", "scope", "task")
+
+    def __init__(self, task: trio.lowlevel.Task, scope: trio.CancelScope) -> None:
+        self.task = task
+        self.scope = scope
+        self.next: DelegateCall | None = None  # handed over while it is parked
+
+
+class CallWorkers:
+    """The worker tasks that run the calls of many `CallbackGroup`s in one nursery.
+
+    Args:
+        nursery: where the workers run; it must outlive every call (the owner cancels it at
+            its end, or calls `close()` first).
+        keep: the most workers parked at once (rule 3).
+    """
+
+    def __init__(self, nursery: trio.Nursery, *, keep: int) -> None:
         self._nursery = nursery
-        self._scopes: set[trio.CancelScope] = set()
+        self._keep = keep
+        self._parked: list[_Worker] = []
+        self._closed = False
+
+    @property
+    def parked(self) -> int:
+        """Workers waiting for a call."""
+        return len(self._parked)
+
+    def run(self, call: DelegateCall) -> None:
+        """Hand `call` to a parked worker, or to a new one."""
+        if self._parked:
+            worker = self._parked.pop()
+            worker.next = call
+            trio.lowlevel.reschedule(worker.task)
+        else:
+            self._nursery.start_soon(self._work, call)
+
+    def close(self) -> None:
+        """No worker parks from now on (rule 3); the parked ones end."""
+        self._closed = True
+        parked, self._parked = self._parked, []
+        for worker in parked:
+            trio.lowlevel.reschedule(worker.task)  # with no call: it ends
+
+    async def _work(self, call: DelegateCall) -> None:
+        with trio.CancelScope() as scope:
+            worker = _Worker(trio.lowlevel.current_task(), scope)
+            next_call: DelegateCall | None = call
+            while next_call is not None:
+                await next_call.run(worker)
+                if scope.cancel_called or self._closed or len(self._parked) >= self._keep:
+                    return  # rule 2, rule 3
+                next_call = await self._park(worker)
+
+    async def _park(self, worker: _Worker) -> DelegateCall | None:
+        self._parked.append(worker)
+
+        def abort(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
+            self._parked.remove(worker)  # the nursery is cancelled: the worker ends
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+        call, worker.next = worker.next, None
+        return call
+
+
+class DelegateCall:
+    """One call of a `CallbackGroup`: cancel it with `cancel()`."""
+
+    __slots__ = ("_args", "_cancelled", "_fn", "_group", "_reason", "_worker")
+
+    def __init__(
+        self, group: CallbackGroup, fn: Callable[..., Awaitable[object]], args: tuple[Any, ...]
+    ) -> None:
+        self._group = group
+        self._fn = fn
+        self._args = args
+        self._worker: _Worker | None = None  # while a worker runs it
+        self._cancelled = False
+        self._reason: str | None = None
+
+    def cancel(self, reason: str | None = None) -> None:
+        """Cancel the call (rule 2); nothing if it already returned."""
+        if self._cancelled:
+            return
+        self._cancelled = True
+        self._reason = reason
+        if self._worker is not None:
+            self._worker.scope.cancel(reason=reason)
+
+    async def run(self, worker: _Worker) -> None:
+        # The waiter of `all_started` runs after this step, which takes `fn` to its first
+        # checkpoint: by then the delegate has the call.
+        self._group._started_one()
+        self._worker = worker
+        if self._cancelled:
+            worker.scope.cancel(reason=self._reason)
+        try:
+            await self._fn(*self._args)
+        finally:
+            self._worker = None
+            self._group._finished(self)
+
+
+class CallbackGroup:
+    """The calls of one cell, run by `workers`, which the group can cancel and wait for."""
+
+    def __init__(self, workers: CallWorkers) -> None:
+        self._workers = workers
+        self._calls: set[DelegateCall] = set()
         self._unstarted = 0
         # Made by the first waiter that has to wait, not per call: two events a call showed in
         # profiles of both ends, and most groups are never waited on while busy.
         self._idle: trio.Event | None = None
         self._started: trio.Event | None = None
 
-    def start(self, fn: Callable[[*Ts], Awaitable[object]], *args: *Ts) -> trio.CancelScope:
-        """Start `fn(*args)` as a task of the nursery; returns the scope it runs in."""
-        scope = trio.CancelScope()
-        self._scopes.add(scope)
+    def start(self, fn: Callable[[*Ts], Awaitable[object]], *args: *Ts) -> DelegateCall:
+        """Run `fn(*args)` in a worker; returns the call, to cancel it."""
+        call = DelegateCall(self, fn, args)
+        self._calls.add(call)
         self._unstarted += 1
-        self._nursery.start_soon(self._run, scope, fn, *args)
-        return scope
+        self._workers.run(call)
+        return call
 
-    async def _run(
-        self,
-        scope: trio.CancelScope,
-        fn: Callable[[*Ts], Awaitable[object]],
-        *args: *Ts,
-    ) -> None:
-        # The waiter of `all_started` runs after this step, which takes `fn` to its first
-        # checkpoint: by then the delegate has the call.
+    def _started_one(self) -> None:
         self._unstarted -= 1
         if not self._unstarted and self._started is not None:
             self._started.set()
             self._started = None
-        try:
-            with scope:
-                await fn(*args)
-        finally:
-            self._scopes.discard(scope)
-            if not self._scopes and self._idle is not None:
-                self._idle.set()
-                self._idle = None
+
+    def _finished(self, call: DelegateCall) -> None:
+        self._calls.discard(call)
+        if not self._calls and self._idle is not None:
+            self._idle.set()
+            self._idle = None
 
     @property
     def idle(self) -> bool:
-        """No task of the group runs (`wait_idle()` would only checkpoint)."""
-        return not self._scopes
+        """No call of the group runs (`wait_idle()` would only checkpoint)."""
+        return not self._calls
 
     @property
     def all_running(self) -> bool:
-        """Every task started so far has begun running (`all_started()` would only
+        """Every call started so far has begun running (`all_started()` would only
         checkpoint)."""
         return not self._unstarted
 
     def cancel(self, reason: str) -> None:
-        """Cancel every task of the group (a task not yet started is cancelled on start)."""
-        for scope in self._scopes:
-            scope.cancel(reason=reason)
+        """Cancel every call of the group (one not yet begun is cancelled as it begins)."""
+        for call in list(self._calls):
+            call.cancel(reason)
 
     async def all_started(self) -> None:
-        """Wait until every task started so far has begun running."""
+        """Wait until every call started so far has begun running."""
         if not self._unstarted:
             await trio.lowlevel.checkpoint()
             return
@@ -93,8 +210,8 @@ class CallbackGroup:
         await self._started.wait()
 
     async def wait_idle(self) -> None:
-        """Wait until no task of the group runs (bound it with a cancel scope)."""
-        if not self._scopes:
+        """Wait until no call of the group runs (bound it with a cancel scope)."""
+        if not self._calls:
             await trio.lowlevel.checkpoint()
             return
         if self._idle is None:

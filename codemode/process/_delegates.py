@@ -1,10 +1,10 @@
 """The client's live cells and the reverse calls the host makes for them.
 
 `ClientCells` keeps, per cell, the delegate given to `execute` and a `CallbackGroup` of its calls
-(tool calls and notifications, each a task of the link's nursery).
+(tool calls and notifications, run by the link's `CallWorkers`, tasks of the link's nursery).
 
 Rules (reference-host 4.4):
-1. A reverse call runs its delegate method as a task; its answer goes back through the
+1. A reverse call runs its delegate method in a worker task; its answer goes back through the
    connection, which drops it if the host cancelled the call meanwhile (never a late answer).
 2. `delegate/cancel` cancels one call; `cell/closed` (or the loss of the host) cancels all of a
    cell's calls, and `cell_closed` runs once they returned or after the 1 s grace, exactly once.
@@ -22,7 +22,7 @@ import msgspec
 import trio
 
 from .._api import SessionDelegate
-from .._trio import CLEANUP_GRACE, CallbackGroup
+from .._trio import CLEANUP_GRACE, CallbackGroup, CallWorkers, DelegateCall
 from ..errors import ErrorKind, ToolError, tool_failure_message
 from ..protocol import (
     ClientConnection,
@@ -39,17 +39,21 @@ logger = logging.getLogger("codemode.process")
 Key = tuple[str, str]
 """(session id, wire cell id)."""
 
+LINK_WORKERS = 64
+"""Workers a host link keeps parked for reverse calls (as many as the calls of 64 sessions
+with a tool call each)."""
+
 
 class ClientCell:
     """A live cell as the client sees it: who to call back, and its calls in flight."""
 
     def __init__(
-        self, session_id: str, public_id: str, delegate: SessionDelegate, nursery: trio.Nursery
+        self, session_id: str, public_id: str, delegate: SessionDelegate, workers: CallWorkers
     ) -> None:
         self.session_id = session_id
         self.public_id = public_id
         self.delegate = delegate
-        self.calls = CallbackGroup(nursery)
+        self.calls = CallbackGroup(workers)
         self.closed = trio.Event()
 
 
@@ -65,19 +69,21 @@ class ClientCells:
         self._connection = connection
         self._flush = flush
         self._nursery: trio.Nursery | None = None
+        self._workers: CallWorkers | None = None
         self._live: dict[Key, ClientCell] = {}
         self._closing: dict[Key, ClientCell] = {}
-        self._calls: dict[int, trio.CancelScope] = {}
+        self._calls: dict[int, DelegateCall] = {}
 
     def serve_in(self, nursery: trio.Nursery) -> None:
-        """Where calls and closings run (the link's nursery)."""
+        """Where calls and closings run (the link's nursery, cancelled at the link's end)."""
         self._nursery = nursery
+        self._workers = CallWorkers(nursery, keep=LINK_WORKERS)
 
     # ---- cells ---------------------------------------------------------------------------
 
     def admit(self, key: Key, public_id: str, delegate: SessionDelegate) -> None:
-        assert self._nursery is not None
-        self._live[key] = ClientCell(key[0], public_id, delegate, self._nursery)
+        assert self._workers is not None
+        self._live[key] = ClientCell(key[0], public_id, delegate, self._workers)
 
     def close(self, key: Key) -> None:
         """Cancel the cell's calls; `cell_closed` once they returned or after the grace."""
@@ -94,8 +100,8 @@ class ClientCells:
 
     def close_all(self) -> None:
         """The link is lost: every call is cancelled, every live cell closed (once)."""
-        for scope in self._calls.values():
-            scope.cancel()
+        for call in self._calls.values():
+            call.cancel()
         self._calls.clear()
         for key in list(self._live):
             self.close(key)
@@ -156,9 +162,9 @@ class ClientCells:
         return True
 
     def cancel_call(self, call_id: int) -> None:
-        scope = self._calls.pop(call_id, None)
-        if scope is not None:
-            scope.cancel()
+        call = self._calls.pop(call_id, None)
+        if call is not None:
+            call.cancel()
 
     async def _run_call(self, event: DelegateRequested, cell: ClientCell) -> None:
         request = event.request

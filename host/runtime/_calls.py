@@ -40,7 +40,7 @@ import trio
 from codemode_host.engine import EngineCell, EngineClosedError, ToolCallRequested
 
 from codemode import ExecuteRequest, JsonValue, NestedToolCall, SessionDelegate, ToolError
-from codemode._trio import CLEANUP_GRACE, CallbackGroup
+from codemode._trio import CLEANUP_GRACE, CallbackGroup, CallWorkers
 from codemode.errors import TOO_MANY_CALLS, tool_failure_message
 
 from ._admission import Admission
@@ -99,7 +99,7 @@ class CellCalls:
         request: the execute request (its tools and its `tool_call_id`).
         delegate: who runs the calls.
         engine_cell: where tool answers go.
-        nursery: where the calls run (the session's).
+        workers: where the calls run (the session's).
         accepting: whether a tool answer may still reach the engine (rule 2).
         submit: runs a command for the engine now, or later if the cell is paused.
         admission: where the calls take their pending-call slots (rule 5).
@@ -112,7 +112,7 @@ class CellCalls:
         request: ExecuteRequest,
         delegate: SessionDelegate,
         engine_cell: EngineCell,
-        nursery: trio.Nursery,
+        workers: CallWorkers,
         accepting: Callable[[], bool],
         submit: Callable[[Callable[[], None]], None],
         admission: Admission,
@@ -126,11 +126,11 @@ class CellCalls:
         self._admission = admission
         self.pending_tools = 0
         """Tool calls made and not answered yet (held ones included)."""
-        self._tools = CallbackGroup(nursery)
+        self._tools = CallbackGroup(workers)
         forwards = callable(getattr(delegate, "forward_tool", None))
         self._forwarder = cast(ToolForwarder, delegate) if forwards else None
         self._forwarded: dict[int, Callable[[], None]] = {}  # call id -> its cancel (rule 6)
-        self._notifications = CallbackGroup(nursery)
+        self._notifications = CallbackGroup(workers)
         self._held: list[tuple[Callable[[], object], bool]] = []  # (start, is a tool call)
         self._released = trio.Event()
 

@@ -68,7 +68,7 @@ from codemode import (
     WaitOutcome,
     Yielded,
 )
-from codemode._trio import Alarms
+from codemode._trio import Alarms, CallWorkers
 from codemode.errors import (
     AlreadyTerminatingError,
     CodeModeError,
@@ -108,7 +108,7 @@ class RuntimeCell:
         request: ExecuteRequest,
         delegate: SessionDelegate,
         engine_cell: EngineCell,
-        nursery: trio.Nursery,
+        workers: CallWorkers,
         commit: Callable[[dict[str, bytes]], None],
         forget: Callable[[str], None],
         initial_window_ms: int | None,
@@ -137,7 +137,7 @@ class RuntimeCell:
             request=request,
             delegate=delegate,
             engine_cell=engine_cell,
-            nursery=nursery,
+            workers=workers,
             accepting=lambda: self._js_running and self.lifecycle is Lifecycle.RUNNING,
             submit=self._frontier.submit,
             admission=admission,

@@ -40,12 +40,16 @@ from codemode import (
     missing_cell,
     normalize_identifier,
 )
+from codemode._trio import CallWorkers
 from codemode.errors import ObserverBusyError, RuntimeEndedError, SessionShuttingDownError
 
 from ._admission import Admission
 from ._cell import RuntimeCell
 from ._observer import DEFAULT_YIELD_TIME_MS, Preemption, observation_window_ms
 from ._phases import Lifecycle
+
+SESSION_WORKERS = 16
+"""Workers a session with workers of its own keeps parked for its delegate calls."""
 
 
 class RuntimeSession:
@@ -60,6 +64,9 @@ class RuntimeSession:
         store_load: False for a session without stored values (rule 4).
         admission: the capacity the session shares with the others of its connection or
             provider (rule 5; default: a capacity of its own, with the default limits).
+        workers: the tasks that run delegate calls, shared with the other sessions of the
+            nursery's owner, who closes them (default: workers of its own, closed when the
+            session has shut down).
     """
 
     def __init__(
@@ -71,8 +78,11 @@ class RuntimeSession:
         max_response_bytes: int | None = None,
         store_load: bool = True,
         admission: Admission | None = None,
+        workers: CallWorkers | None = None,
     ) -> None:
         self._engine = engine
+        self._own_workers = workers is None
+        self._workers = workers or CallWorkers(nursery, keep=SESSION_WORKERS)
         self._admission = admission or Admission()
         self._store_load = store_load
         self._nursery = nursery
@@ -188,7 +198,7 @@ class RuntimeSession:
             request=request,
             delegate=delegate,
             engine_cell=engine_cell,
-            nursery=self._nursery,
+            workers=self._workers,
             commit=self._stored.update,
             forget=self._forget,
             initial_window_ms=(
@@ -303,6 +313,8 @@ class RuntimeSession:
             cell.begin_shutdown()
         for cell in cells:
             await cell.closed.wait()
+        if self._own_workers:
+            self._workers.close()
 
     async def cells(self) -> list[CellInfo]:
         """The live cells (admitted, not yet closed), oldest first: what holds capacity.

@@ -1,0 +1,210 @@
+"""`codemode._trio.CallbackGroup` and `CallWorkers`: delegate calls run by parked worker tasks
+(rules 1-3 of `codemode/_trio/_callbacks.py`)."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from codemode._trio import CallbackGroup, CallWorkers
+
+
+class Held:
+    """A delegate call that records its task and waits until released."""
+
+    def __init__(self) -> None:
+        self.release = trio.Event()
+        self.tasks: list[trio.lowlevel.Task] = []
+        self.cancelled = 0
+        self.returned = 0
+
+    async def __call__(self) -> None:
+        self.tasks.append(trio.lowlevel.current_task())
+        try:
+            await self.release.wait()
+        except trio.Cancelled:
+            self.cancelled += 1
+            raise
+        self.returned += 1
+
+
+async def test_sequential_calls_reuse_one_parked_worker() -> None:
+    tasks: list[trio.lowlevel.Task] = []
+
+    async def call() -> None:
+        tasks.append(trio.lowlevel.current_task())
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            workers = CallWorkers(nursery, keep=4)
+            group = CallbackGroup(workers)
+            for _ in range(3):
+                group.start(call)
+                await group.wait_idle()
+                await trio.testing.wait_all_tasks_blocked()
+                assert workers.parked == 1
+            workers.close()  # the parked worker ends: the nursery can end by itself
+    assert len(tasks) == 3
+    assert len(set(tasks)) == 1
+
+
+async def test_cancelling_one_call_leaves_the_others_and_retires_its_worker() -> None:
+    first, second = Held(), Held()
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            workers = CallWorkers(nursery, keep=4)
+            group = CallbackGroup(workers)
+            cancelled = group.start(first)
+            group.start(second)
+            await group.all_started()
+            cancelled.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            assert (first.cancelled, second.cancelled) == (1, 0)
+            assert not group.idle
+            assert workers.parked == 0  # the cancelled call's worker ended
+            second.release.set()
+            await group.wait_idle()
+            await trio.testing.wait_all_tasks_blocked()
+            assert second.returned == 1
+            assert workers.parked == 1
+            cancelled.cancel()  # over: nothing happens to the parked worker
+            third = Held()
+            group.start(third)
+            await group.all_started()
+            assert third.tasks == second.tasks  # the same worker, not cancelled
+            third.release.set()
+            await group.wait_idle()
+            assert third.returned == 1
+            workers.close()
+
+
+async def test_a_call_cancelled_before_it_begins_reaches_the_delegate_cancelled() -> None:
+    held = Held()
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            workers = CallWorkers(nursery, keep=4)
+            group = CallbackGroup(workers)
+            group.start(held).cancel()
+            assert not group.all_running
+            await group.wait_idle()
+            workers.close()
+    assert len(held.tasks) == 1  # it saw the call
+    assert held.cancelled == 1
+
+
+async def test_a_parked_worker_handed_a_cancelled_call_cancels_it_and_ends() -> None:
+    warm, held = Held(), Held()
+    warm.release.set()
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            workers = CallWorkers(nursery, keep=4)
+            group = CallbackGroup(workers)
+            group.start(warm)
+            await group.wait_idle()
+            await trio.testing.wait_all_tasks_blocked()
+            assert workers.parked == 1
+            group.start(held).cancel()  # handed to the parked worker, then cancelled
+            await group.wait_idle()
+            await trio.testing.wait_all_tasks_blocked()
+            assert held.tasks == warm.tasks
+            assert held.cancelled == 1
+            assert workers.parked == 0
+            workers.close()
+
+
+async def test_a_group_cancel_reaches_every_call_and_its_waiters() -> None:
+    calls = [Held() for _ in range(5)]
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            workers = CallWorkers(nursery, keep=8)
+            group = CallbackGroup(workers)
+            other = CallbackGroup(workers)
+            untouched = Held()
+            other.start(untouched)
+            for call in calls:
+                group.start(call)
+            await group.all_started()
+            assert group.all_running
+            group.cancel("the cell closed")
+            await group.wait_idle()
+            assert [call.cancelled for call in calls] == [1] * 5
+            assert untouched.cancelled == 0
+            untouched.release.set()
+            await other.wait_idle()
+            workers.close()
+
+
+async def test_at_most_keep_workers_park() -> None:
+    calls = [Held() for _ in range(5)]
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            workers = CallWorkers(nursery, keep=2)
+            group = CallbackGroup(workers)
+            for call in calls:
+                group.start(call)
+            await group.all_started()
+            for call in calls:
+                call.release.set()
+            await group.wait_idle()
+            await trio.testing.wait_all_tasks_blocked()
+            assert workers.parked == 2
+            assert len({task for call in calls for task in call.tasks}) == 5
+            workers.close()
+            await trio.testing.wait_all_tasks_blocked()
+            assert workers.parked == 0
+
+
+async def test_a_delegate_that_swallows_its_cancellation_still_retires_its_worker() -> None:
+    returned = trio.Event()
+
+    async def stubborn() -> None:
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            pass  # a delegate should not, but may
+        returned.set()
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            workers = CallWorkers(nursery, keep=4)
+            group = CallbackGroup(workers)
+            call = group.start(stubborn)
+            await group.all_started()
+            call.cancel()
+            await returned.wait()
+            await group.wait_idle()
+            await trio.testing.wait_all_tasks_blocked()
+            assert workers.parked == 0
+            workers.close()
+
+
+async def test_cancelling_the_nursery_ends_parked_workers() -> None:
+    async def quick() -> None:
+        await trio.lowlevel.checkpoint()
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            workers = CallWorkers(nursery, keep=4)
+            group = CallbackGroup(workers)
+            group.start(quick)
+            group.start(quick)
+            await group.wait_idle()
+            await trio.testing.wait_all_tasks_blocked()
+            assert workers.parked == 2
+            nursery.cancel_scope.cancel()
+        assert workers.parked == 0
+
+
+async def test_after_close_a_busy_worker_ends_with_its_call() -> None:
+    held = Held()
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            workers = CallWorkers(nursery, keep=4)
+            group = CallbackGroup(workers)
+            group.start(held)
+            await group.all_started()
+            workers.close()
+            held.release.set()
+        # the nursery ended by itself: the worker did not park
+    assert held.returned == 1
+    assert workers.parked == 0
