@@ -37,11 +37,14 @@ from ._api import (
     WaitOutcome,
     WaitRequest,
 )
-from ._trio import RunOnce, open_service_nursery
+from ._trio import CallWorkers, RunOnce, open_service_nursery
 from .errors import ProviderClosedError, SessionShuttingDownError, check_platform
 
 SHUTDOWN_TIMEOUT = 5.0
 """Seconds the provider's exit waits for its sessions to shut down before cancelling them."""
+
+PROVIDER_WORKERS = 64
+"""Worker tasks the provider keeps parked for its cells and their delegate calls."""
 
 logger = logging.getLogger("codemode.inprocess")
 
@@ -162,6 +165,7 @@ class InProcessProvider:
     def __init__(self, engine: Engine, nursery: trio.Nursery, admission: Admission) -> None:
         self._engine = engine
         self._nursery = nursery
+        self._workers = CallWorkers(nursery, keep=PROVIDER_WORKERS)
         self._admission = admission
         self._sessions: set[InProcessSession] = set()
         self.closed = False
@@ -181,7 +185,12 @@ class InProcessProvider:
             raise ProviderClosedError()
         limits = (limits or CellLimits()).checked()
         runtime = RuntimeSession(
-            self._engine, self._nursery, limits, store_load=store_load, admission=self._admission
+            self._engine,
+            self._nursery,
+            limits,
+            store_load=store_load,
+            admission=self._admission,
+            workers=self._workers,
         )
         session = InProcessSession(self, runtime)
         self._sessions.add(session)

@@ -51,7 +51,7 @@ from codemode import (
     WaitOutcome,
     Yielded,
 )
-from codemode._trio import OneShot
+from codemode._trio import CallWorkers, OneShot
 from codemode.errors import ErrorKind, error_kind
 from codemode.protocol import (
     MAX_FRAME_BYTES,
@@ -87,6 +87,9 @@ DelegateResult = Ok[ToolResult | NotificationDelivered] | Err
 
 RESPONSE_BUDGET = MAX_FRAME_BYTES - (1 << 20)
 """The most output one observation takes: what fits in a frame, with room for its envelope."""
+
+HOST_WORKERS = 64
+"""Worker tasks the host keeps parked for requests, cells and their calls (`CallWorkers`)."""
 
 CLIENT_GONE = "code-mode client connection closed"
 CANCELLED = Err(kind=ErrorKind.CANCELLED, message="code-mode request cancelled")
@@ -179,7 +182,8 @@ class Requests:
     Args:
         engine: where cells run.
         connection: the sans-IO connection (frames are queued there).
-        nursery: where requests, cells and delegate calls run.
+        nursery: where requests, cells and delegate calls run (by `CallWorkers`, whose workers
+            it keeps until it is cancelled).
         flush: wakes the writer after something was queued.
         admission: the capacity the connection's sessions share (default limits if None).
     """
@@ -196,6 +200,7 @@ class Requests:
         self.admission = Admission(admission)
         self._connection = connection
         self._nursery = nursery
+        self._workers = CallWorkers(nursery, keep=HOST_WORKERS)
         self._flush = flush
         self._sessions: dict[str, RuntimeSession] = {}
         self._active: dict[int, _Cancellable] = {}
@@ -215,7 +220,7 @@ class Requests:
             return
         if isinstance(request, Wait):
             operation.preemption = Preemption()
-        self._nursery.start_soon(self._run, request_id, request, operation)
+        self._workers.start_soon(self._run, request_id, request, operation)
 
     def cancel(self, request_id: int) -> None:
         """`operation/cancel` of an active execute or wait."""
@@ -295,6 +300,7 @@ class Requests:
             max_response_bytes=RESPONSE_BUDGET,
             store_load=request.store_load,
             admission=self.admission,
+            workers=self._workers,
         )
         return Ok(value=SessionReady(session_id=request.session_id))
 
@@ -319,7 +325,7 @@ class Requests:
             return
         operation.end_observation = cell.cancel_initial_response
         self._respond(request_id, Ok(value=ExecutionStarted(cell_id=cell.cell_id)))
-        self._nursery.start_soon(self._observe_initial, request_id, cell, started)
+        self._workers.start_soon(self._observe_initial, request_id, cell, started)
 
     async def _observe_initial(self, request_id: int, cell: RuntimeCell, started: float) -> None:
         """An execute's initial observation, answered as `operation/initial`."""

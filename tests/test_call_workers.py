@@ -1,7 +1,9 @@
-"""`codemode._trio.CallbackGroup` and `CallWorkers`: delegate calls run by parked worker tasks
-(rules 1-3 of `codemode/_trio/_callbacks.py`)."""
+"""`codemode._trio.CallWorkers` and `CallbackGroup`: jobs and delegate calls run by parked
+worker tasks (rules 1-4 of `codemode/_trio/_callbacks.py`)."""
 
 from __future__ import annotations
+
+import contextvars
 
 import trio
 import trio.testing
@@ -208,3 +210,32 @@ async def test_after_close_a_busy_worker_ends_with_its_call() -> None:
         # the nursery ended by itself: the worker did not park
     assert held.returned == 1
     assert workers.parked == 0
+
+
+async def test_plain_jobs_share_the_workers_and_start_in_the_owners_context() -> None:
+    tenant: contextvars.ContextVar[str] = contextvars.ContextVar("tenant", default="none")
+    seen: list[tuple[str, trio.lowlevel.Task]] = []
+
+    async def job(name: str) -> None:
+        seen.append((f"{name}:{tenant.get()}", trio.lowlevel.current_task()))
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            tenant.set("owner")
+            workers = CallWorkers(nursery, keep=4)
+            done = trio.Event()
+
+            async def from_a_user() -> None:
+                tenant.set("user")  # the job's worker does not start in this context
+                workers.start_soon(job, "plain")
+                await trio.testing.wait_all_tasks_blocked()
+                CallbackGroup(workers).start(job, "call")
+                await trio.testing.wait_all_tasks_blocked()
+                done.set()
+
+            nursery.start_soon(from_a_user)
+            await done.wait()
+            assert workers.parked == 1
+            workers.close()
+    assert [name for name, _ in seen] == ["plain:owner", "call:owner"]
+    assert seen[0][1] is seen[1][1]

@@ -1,41 +1,44 @@
-"""Delegate calls of one cell (its tool calls, or its notifications) as cancellable calls, run
-by parked worker tasks.
+"""Worker tasks that run short jobs one after another, and delegate calls of one cell (its tool
+calls, or its notifications) as cancellable jobs of theirs.
 
-Shared by the runtime (calls into the application) and the process provider (calls the host
-forwards to the application).
+Shared by the runtime (cell tasks, calls into the application), the host (initial
+observations) and the process provider (calls the host forwards to the application).
 
-A `CallbackGroup` holds one cell's calls; `CallWorkers` runs them, in the tasks of a borrowed
-nursery (the session's, or the host link's). Each worker task runs one call at a time inside a
-cancel scope of its own, and parks between calls until the next one is handed to it. So the
-group can cancel one call, or all of its calls, without owning a nursery: a cell that ends waits
-for its calls to return *or* for a grace period (`wait_idle()` under a timeout), whichever comes
-first, and a delegate that shields its cleanup cannot hold the cell hostage (DESIGN section 4). A
-worker left running past the grace still belongs to the nursery, which awaits it.
+`CallWorkers` runs jobs in the tasks of a borrowed nursery (the session's, the host's, or the
+host link's). Each worker task runs one job at a time inside a cancel scope of its own, and parks
+between jobs until the next one is handed to it. A `CallbackGroup` holds one cell's delegate
+calls, so it can cancel one call, or all of them, without owning a nursery: a cell that ends
+waits for its calls to return *or* for a grace period (`wait_idle()` under a timeout),
+whichever comes first, and a delegate that shields its cleanup cannot hold the cell hostage
+(DESIGN section 4). A worker left running past the grace still belongs to the nursery, which
+awaits it.
 
 `all_started()` waits until every call started so far has begun: its worker has taken it to the
 delegate's first checkpoint, so the delegate has seen the call (a pending frontier is delivered
 only then).
 
 Rules:
-1. A call costs the wake-up of a parked worker, not a spawned task and a cancel scope of its own
-   (those two were a third of the client's work per nested tool call, `docs/benchmarks.md`,
-   eighth round). A worker is spawned only when none is parked.
+1. A job costs the wake-up of a parked worker, not a spawned task (and, for a call, a cancel
+   scope of its own): those were a third of the client's work per nested tool call and a
+   tenth of the host's per cell (`docs/benchmarks.md`, eighth round). A worker is spawned only
+   when none is parked.
 2. Cancelling a call cancels its worker's scope, so that worker ends after the call (its scope
    stays cancelled) instead of parking: cancellation costs a spawn later, never a late cancel of
-   another call. A call cancelled before its worker took it is cancelled as soon as it is taken,
+   another job. A call cancelled before its worker took it is cancelled as soon as it is taken,
    so the delegate sees it and meets `Cancelled` at its first checkpoint, as a task started in a
-   cancelled scope would.
-3. At most `keep` workers park; a worker finishing a call when that many are parked ends. After
-   `close()` none parks: those parked end, and busy ones end after their call.
-4. A call runs in the `contextvars` context its worker started in (a copy of the context of
-   whoever made the first call that needed a new worker); a context variable a delegate sets and
-   never resets is seen by that worker's later calls.
+   cancelled scope would. Nothing else cancels a worker's scope.
+3. At most `keep` workers park; a worker finishing a job when that many are parked ends. After
+   `close()` none parks: those parked end, and busy ones end after their job.
+4. Every worker starts in a copy of the context `CallWorkers` was made in (`contextvars`), not
+   in the context of whoever's job made it start. A job runs in its worker's context: a context
+   variable a delegate sets and never resets is seen by that worker's later jobs.
 """
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVarTuple
+from typing import Any, Protocol, TypeVarTuple
 
 import trio
 
@@ -45,64 +48,88 @@ CLEANUP_GRACE = 1.0
 """Seconds a closing cell waits for its cancelled delegate calls (DESIGN section 4)."""
 
 
+class _Job(Protocol):
+    async def run(self, worker: _Worker) -> None: ...
+
+
 class _Worker:
-    """A task that runs calls one at a time (rule 1)."""
+    """A task that runs jobs one at a time (rule 1)."""
 
     __slots__ = ("next", "scope", "task")
 
     def __init__(self, task: trio.lowlevel.Task, scope: trio.CancelScope) -> None:
         self.task = task
         self.scope = scope
-        self.next: DelegateCall | None = None  # handed over while it is parked
+        self.next: _Job | None = None  # handed over while it is parked
+
+
+class _Plain:
+    """A job that is only a function and its arguments."""
+
+    __slots__ = ("_args", "_fn")
+
+    def __init__(self, fn: Callable[..., Awaitable[object]], args: tuple[Any, ...]) -> None:
+        self._fn = fn
+        self._args = args
+
+    async def run(self, worker: _Worker) -> None:
+        await self._fn(*self._args)
 
 
 class CallWorkers:
-    """The worker tasks that run the calls of many `CallbackGroup`s in one nursery.
+    """Worker tasks of one nursery, which run the jobs handed to them one at a time.
 
     Args:
-        nursery: where the workers run; it must outlive every call (the owner cancels it at
-            its end, or calls `close()` first).
+        nursery: where the workers run; it must outlive every job (its owner cancels it at its
+            end, or calls `close()` first).
         keep: the most workers parked at once (rule 3).
     """
 
     def __init__(self, nursery: trio.Nursery, *, keep: int) -> None:
         self._nursery = nursery
         self._keep = keep
+        self._context = contextvars.copy_context()  # rule 4
         self._parked: list[_Worker] = []
         self._closed = False
 
     @property
     def parked(self) -> int:
-        """Workers waiting for a call."""
+        """Workers waiting for a job."""
         return len(self._parked)
 
-    def run(self, call: DelegateCall) -> None:
-        """Hand `call` to a parked worker, or to a new one."""
+    def start_soon(self, fn: Callable[[*Ts], Awaitable[object]], *args: *Ts) -> None:
+        """Run `fn(*args)` in a worker, as `nursery.start_soon` would in a task of its own (an
+        exception it raises ends its worker and reaches the nursery)."""
+        self.run(_Plain(fn, args))
+
+    def run(self, job: _Job) -> None:
+        """Hand `job` to a parked worker, or to a new one."""
         if self._parked:
             worker = self._parked.pop()
-            worker.next = call
+            worker.next = job
             trio.lowlevel.reschedule(worker.task)
         else:
-            self._nursery.start_soon(self._work, call)
+            # The new task copies the context current when it is spawned (rule 4).
+            self._context.run(self._nursery.start_soon, self._work, job)
 
     def close(self) -> None:
         """No worker parks from now on (rule 3); the parked ones end."""
         self._closed = True
         parked, self._parked = self._parked, []
         for worker in parked:
-            trio.lowlevel.reschedule(worker.task)  # with no call: it ends
+            trio.lowlevel.reschedule(worker.task)  # with no job: it ends
 
-    async def _work(self, call: DelegateCall) -> None:
+    async def _work(self, job: _Job) -> None:
         with trio.CancelScope() as scope:
             worker = _Worker(trio.lowlevel.current_task(), scope)
-            next_call: DelegateCall | None = call
-            while next_call is not None:
-                await next_call.run(worker)
+            next_job: _Job | None = job
+            while next_job is not None:
+                await next_job.run(worker)
                 if scope.cancel_called or self._closed or len(self._parked) >= self._keep:
                     return  # rule 2, rule 3
-                next_call = await self._park(worker)
+                next_job = await self._park(worker)
 
-    async def _park(self, worker: _Worker) -> DelegateCall | None:
+    async def _park(self, worker: _Worker) -> _Job | None:
         self._parked.append(worker)
 
         def abort(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
@@ -110,12 +137,12 @@ class CallWorkers:
             return trio.lowlevel.Abort.SUCCEEDED
 
         await trio.lowlevel.wait_task_rescheduled(abort)
-        call, worker.next = worker.next, None
-        return call
+        job, worker.next = worker.next, None
+        return job
 
 
 class DelegateCall:
-    """One call of a `CallbackGroup`: cancel it with `cancel()`."""
+    """One call of a `CallbackGroup`, a job of its workers: cancel it with `cancel()`."""
 
     __slots__ = ("_args", "_cancelled", "_fn", "_group", "_reason", "_worker")
 

@@ -209,7 +209,7 @@ class RuntimeSession:
             alarms=self._engine.alarms,
         )
         self._cells[cell_id] = cell
-        self._nursery.start_soon(cell.run)
+        self._workers.start_soon(cell.run)
         return cell
 
     async def wait(
