@@ -18,10 +18,10 @@ delegate's first checkpoint, so the delegate has seen the call (a pending fronti
 only then).
 
 Rules:
-1. A job costs the wake-up of a parked worker, not a spawned task (and, for a call, a cancel
-   scope of its own): those were a third of the client's work per nested tool call and a
-   tenth of the host's per cell (`docs/benchmarks.md`, eighth round). A worker is spawned only
-   when none is parked.
+1. A job costs the wake-up of a parked worker, not a spawned task (about 12,000 instructions
+   more in this interpreter) and, for a call, a cancel scope of its own (about 48,000): a
+   quarter of the client's work per nested tool call (`docs/benchmarks.md`, eighth round). A
+   worker is spawned only when none is parked.
 2. Cancelling a call cancels its worker's scope, so that worker ends after the call (its scope
    stays cancelled) instead of parking: cancellation costs a spawn later, never a late cancel of
    another job. A call cancelled before its worker took it is cancelled as soon as it is taken,
