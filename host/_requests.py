@@ -1,7 +1,8 @@
 """The host's requests and reverse calls: each operation the client asked for, run on the runtime.
 
-Every request runs as its own task in the host's work nursery, but an execute's cell is admitted
-and started as its frame is read (only its initial observation is a task). A wait (either kind)
+Every request runs as a job of the host's worker tasks (`CallWorkers`, in its work nursery), but
+an execute's cell is admitted and started as its frame is read (only its initial observation is
+a job). A wait (either kind)
 runs inside a cancel scope that `operation/cancel` cancels; an execute's cancel ends its initial
 observation through the runtime's hook instead, and answers `code-mode request cancelled` (the
 client terminates a cell it no longer wants). Terminate and shutdown are not cancellable.

@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import contextvars
 
+import pytest
 import trio
 import trio.testing
 
+from codemode import Completed, JsonValue, NestedToolCall
 from codemode._trio import CallbackGroup, CallWorkers
+from tests.delegates import RecordingDelegate
+from tests.sessions import run, texts, tool
+from tests.test_wire_defects import PROVIDERS, session_of
 
 
 class Held:
@@ -239,3 +244,28 @@ async def test_plain_jobs_share_the_workers_and_start_in_the_owners_context() ->
             workers.close()
     assert [name for name, _ in seen] == ["plain:owner", "call:owner"]
     assert seen[0][1] is seen[1][1]
+
+
+# ---- through the providers: a delegate call's context (docs/python-api.md) ---------------------
+
+TENANT: contextvars.ContextVar[str] = contextvars.ContextVar("tenant", default="provider")
+
+
+@pytest.mark.parametrize("kind", PROVIDERS)
+async def test_a_delegate_call_runs_in_the_providers_context_not_the_callers(kind: str) -> None:
+    async def tenant_of(call: NestedToolCall) -> JsonValue:
+        seen = TENANT.get()
+        TENANT.set("leaked")  # never reset: a later call of the same worker may see it
+        return seen
+
+    delegate = RecordingDelegate(on_tool=tenant_of)
+    source = "text(await tools.echo({})); text(await tools.echo({}))"
+    with trio.fail_after(30):
+        async with session_of(kind) as session:
+            TENANT.set("caller")
+            # Workers the caller's own steps started (a cell's task) run later calls too.
+            await run(session, delegate, 'text("warm")')
+            response = await run(session, delegate, source, tools=[tool("echo")])
+    assert isinstance(response, Completed)
+    assert texts(response)[0] == "provider"
+    assert texts(response)[1] in ("provider", "leaked")

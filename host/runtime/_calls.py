@@ -1,7 +1,8 @@
 """The delegate calls of one cell: its nested tool calls and its notifications.
 
-Each call runs as a task of the session's nursery in a `CallbackGroup` (one group for tool
-calls, one for notifications), so the cell can cancel them all and wait for them with a bound.
+Each call runs in a worker task of the session's `CallWorkers`, in a `CallbackGroup` (one group
+for tool calls, one for notifications), so the cell can cancel them all and wait for them with a
+bound.
 
 Rules:
 1. A call the cell makes while its observer is answering (the observer is YIELDING) is held

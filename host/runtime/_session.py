@@ -57,7 +57,8 @@ class RuntimeSession:
 
     Args:
         engine: the engine that runs the cells.
-        nursery: where cell tasks and delegate calls run; it must outlive the session.
+        nursery: where cell tasks and delegate calls run (as jobs of `workers`); it must
+            outlive the session.
         limits: the limits of every cell of the session.
         max_response_bytes: the most output one observation takes (the host gives its frame
             limit); output past it stays in the cell for the next observation.
@@ -85,7 +86,6 @@ class RuntimeSession:
         self._workers = workers or CallWorkers(nursery, keep=SESSION_WORKERS)
         self._admission = admission or Admission()
         self._store_load = store_load
-        self._nursery = nursery
         self._limits = limits
         self._max_response_bytes = max_response_bytes
         self._alive = True
