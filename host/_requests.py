@@ -202,6 +202,7 @@ class Requests:
         self._connection = connection
         self._nursery = nursery
         self._workers = CallWorkers(nursery, keep=HOST_WORKERS)
+        engine.on_release(self._workers.dismiss_parked)  # rule 5 of `CallWorkers`
         self._flush = flush
         self._sessions: dict[str, RuntimeSession] = {}
         self._active: dict[int, _Cancellable] = {}

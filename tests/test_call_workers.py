@@ -1,9 +1,11 @@
 """`codemode._trio.CallWorkers` and `CallbackGroup`: jobs and delegate calls run by parked
-worker tasks (rules 1-4 of `codemode/_trio/_callbacks.py`)."""
+worker tasks (rules 1-5 of `codemode/_trio/_callbacks.py`)."""
 
 from __future__ import annotations
 
 import contextvars
+import gc
+import weakref
 
 import pytest
 import trio
@@ -269,3 +271,54 @@ async def test_a_delegate_call_runs_in_the_providers_context_not_the_callers(kin
     assert isinstance(response, Completed)
     assert texts(response)[0] == "provider"
     assert texts(response)[1] in ("provider", "leaked")
+
+
+async def test_a_parked_worker_keeps_nothing_of_its_last_job() -> None:
+    class Cell:
+        async def run(self) -> None:
+            await trio.lowlevel.checkpoint()
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            workers = CallWorkers(nursery, keep=4)
+            for _ in range(2):  # the worker's first job, then a later one
+                cell = Cell()
+                gone = weakref.ref(cell)
+                done = trio.Event()
+
+                async def job(cell: Cell, done: trio.Event) -> None:
+                    await cell.run()
+                    done.set()
+
+                workers.start_soon(job, cell, done)
+                del cell
+                await done.wait()
+                await trio.testing.wait_all_tasks_blocked()
+                assert workers.parked == 1
+                gc.collect()
+                assert gone() is None
+            workers.close()
+
+
+async def test_dismissed_workers_end_and_later_jobs_start_new_ones() -> None:
+    tasks: list[trio.lowlevel.Task] = []
+
+    async def job() -> None:
+        tasks.append(trio.lowlevel.current_task())
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            workers = CallWorkers(nursery, keep=4)
+            workers.start_soon(job)
+            await trio.testing.wait_all_tasks_blocked()
+            assert workers.parked == 1
+            workers.dismiss_parked()
+            assert workers.parked == 0
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(nursery.child_tasks) == 0  # it ended
+            workers.start_soon(job)
+            await trio.testing.wait_all_tasks_blocked()
+            assert workers.parked == 1  # a new worker parks: the pool is not closed
+            workers.close()
+    assert len(tasks) == 2
+    assert tasks[0] is not tasks[1]

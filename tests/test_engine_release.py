@@ -22,16 +22,19 @@ async def test_trim_gives_memory_back_on_request() -> None:
 async def test_an_idle_engine_collects_garbage_and_trims_after_a_burst_of_cells() -> None:
     # Automatic collections off: a full collection recorded is the engine's own.
     trims_at_collection: list[int] = []
+    steps: list[str] = []
 
     def record(phase: str, info: dict[str, int]) -> None:
         if phase == "start" and info["generation"] == 2:
             trims_at_collection.append(engine.trims)
+            steps.append("collect")
 
     was_enabled = gc.isenabled()
     gc.disable()
     gc.callbacks.append(record)
     try:
         async with open_engine(workers=1, release_when_idle=True) as engine:
+            engine.on_release(lambda: steps.append("drop"))
             with trio.fail_after(60):
                 for _ in range(RELEASE_AFTER_CELLS):
                     run = await run_cell(engine, 'text("x")')
@@ -45,3 +48,4 @@ async def test_an_idle_engine_collects_garbage_and_trims_after_a_burst_of_cells(
         if was_enabled:
             gc.enable()
     assert len(trims_at_collection) == 1
+    assert steps == ["drop", "collect"]  # what the hook let go of is collected too

@@ -32,6 +32,9 @@ Rules:
 4. Every worker starts in a copy of the context `CallWorkers` was made in (`contextvars`), not
    in the context of whoever's job made it start. A job runs in its worker's context: a context
    variable a delegate sets and never resets is seen by that worker's later jobs.
+5. Parked workers hold memory that the host gives back when idle: their frames keep pymalloc
+   arenas from being freed (64 of them held about 4 MiB after a burst of 1,000 cells). The
+   host drops them before its engine's release when idle (`dismiss_parked`).
 """
 
 from __future__ import annotations
@@ -115,19 +118,25 @@ class CallWorkers:
     def close(self) -> None:
         """No worker parks from now on (rule 3); the parked ones end."""
         self._closed = True
+        self.dismiss_parked()
+
+    def dismiss_parked(self) -> None:
+        """The parked workers end (rule 5); later jobs start new ones."""
         parked, self._parked = self._parked, []
         for worker in parked:
             trio.lowlevel.reschedule(worker.task)  # with no job: it ends
 
-    async def _work(self, job: _Job) -> None:
+    async def _work(self, first: _Job) -> None:
         with trio.CancelScope() as scope:
             worker = _Worker(trio.lowlevel.current_task(), scope)
-            next_job: _Job | None = job
-            while next_job is not None:
-                await next_job.run(worker)
+            job: _Job | None = first
+            del first
+            while job is not None:
+                await job.run(worker)
+                job = None  # a parked worker keeps nothing of its last job (a cell, its output)
                 if scope.cancel_called or self._closed or len(self._parked) >= self._keep:
                     return  # rule 2, rule 3
-                next_job = await self._park(worker)
+                job = await self._park(worker)
 
     async def _park(self, worker: _Worker) -> _Job | None:
         self._parked.append(worker)

@@ -24,11 +24,12 @@ running and joins the worker threads, shielded from cancellation.
 
 Memory after a burst (`open_engine(release_when_idle=True)`, the host's engine): once
 `RELEASE_AFTER_CELLS` cells closed and no cell was live nor started for `IDLE_RELEASE_SECONDS`,
-a task collects Python's cyclic garbage (`gc.collect()`, on the trio thread) and trims
-(`trim()`, in a thread). The extension's own trim (its rule 10) runs as the last cell is freed,
-before the objects that served the cells are: the host raises the young collection's threshold
-to 50,000 allocations, and a thousand terminated cells left about 6 MiB of cycles that pinned
-pymalloc arenas until the next collection.
+a task calls the functions given to `on_release` (the host's drop their parked worker tasks),
+lets the tasks they woke end, collects Python's cyclic garbage (`gc.collect()`, on the trio
+thread) and trims (`trim()`, in a thread). The extension's own trim (its rule 10) runs as the
+last cell is freed, before the objects that served the cells are: the host raises the young
+collection's threshold to 50,000 allocations, and a thousand terminated cells left about 6 MiB
+of cycles that pinned pymalloc arenas until the next collection.
 """
 
 from __future__ import annotations
@@ -250,6 +251,7 @@ class Engine:
         self._next_key = 1
         self._closed_since_release = 0
         self._release_due = trio.Event()
+        self._before_release: list[Callable[[], None]] = []
         self.alarms = Alarms()
         """The deadlines of the cells' users, run in the engine's own task (rule 1 of
         `codemode._trio.Alarms`: a function that does not block)."""
@@ -285,6 +287,12 @@ class Engine:
         """Times the engine gave freed memory back to the system: an idle worker does once no
         cell is live and cells freed 16 MiB of heap since the last time."""
         return self._native.trims
+
+    def on_release(self, drop: Callable[[], None]) -> None:
+        """Call `drop()` before each release of memory when idle (`release_when_idle`): what
+        it lets go of, and what the tasks it wakes leave behind when they end, is collected
+        with the rest. It must not block nor raise."""
+        self._before_release.append(drop)
 
     async def wait_trimmed(self, after: int, seconds: float = 10.0) -> int:
         """Wait until more than `after` trims happened (or `seconds` passed); the trims so
@@ -376,6 +384,11 @@ class Engine:
                 await trio.sleep(IDLE_RELEASE_SECONDS)
             self._closed_since_release = 0
             self._release_due = trio.Event()
+            for drop in self._before_release:
+                drop()
+            # Two passes: the tasks the hooks woke run (and end) in the first.
+            await trio.lowlevel.checkpoint()
+            await trio.lowlevel.checkpoint()
             gc.collect()
             await trio.to_thread.run_sync(self._native.trim)
 
