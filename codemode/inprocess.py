@@ -44,7 +44,7 @@ SHUTDOWN_TIMEOUT = 5.0
 """Seconds the provider's exit waits for its sessions to shut down before cancelling them."""
 
 PROVIDER_WORKERS = 64
-"""Worker tasks the provider keeps parked for its cells and their delegate calls."""
+"""Worker tasks the provider keeps parked for its cells' delegate calls."""
 
 logger = logging.getLogger("codemode.inprocess")
 

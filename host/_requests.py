@@ -1,8 +1,7 @@
 """The host's requests and reverse calls: each operation the client asked for, run on the runtime.
 
-Every request runs as a job of the host's worker tasks (`CallWorkers`, in its work nursery), but
-an execute's cell is admitted and started as its frame is read (only its initial observation is
-a job). A wait (either kind)
+Every request runs as its own task in the host's work nursery, but an execute's cell is admitted
+and started as its frame is read (only its initial observation is a task). A wait (either kind)
 runs inside a cancel scope that `operation/cancel` cancels; an execute's cancel ends its initial
 observation through the runtime's hook instead, and answers `code-mode request cancelled` (the
 client terminates a cell it no longer wants). Terminate and shutdown are not cancellable.
@@ -90,7 +89,8 @@ RESPONSE_BUDGET = MAX_FRAME_BYTES - (1 << 20)
 """The most output one observation takes: what fits in a frame, with room for its envelope."""
 
 HOST_WORKERS = 64
-"""Worker tasks the host keeps parked for requests, cells and their calls (`CallWorkers`)."""
+"""Worker tasks the host keeps parked for the delegate calls it runs (notifications; its tool
+calls are forwarded without a task)."""
 
 CLIENT_GONE = "code-mode client connection closed"
 CANCELLED = Err(kind=ErrorKind.CANCELLED, message="code-mode request cancelled")
@@ -183,8 +183,8 @@ class Requests:
     Args:
         engine: where cells run.
         connection: the sans-IO connection (frames are queued there).
-        nursery: where requests, cells and delegate calls run (by `CallWorkers`, whose workers
-            it keeps until it is cancelled).
+        nursery: where requests, cells and delegate calls run (the calls by `CallWorkers`, whose
+            parked workers it keeps until it is cancelled).
         flush: wakes the writer after something was queued.
         admission: the capacity the connection's sessions share (default limits if None).
     """
@@ -222,7 +222,7 @@ class Requests:
             return
         if isinstance(request, Wait):
             operation.preemption = Preemption()
-        self._workers.start_soon(self._run, request_id, request, operation)
+        self._nursery.start_soon(self._run, request_id, request, operation)
 
     def cancel(self, request_id: int) -> None:
         """`operation/cancel` of an active execute or wait."""
@@ -327,7 +327,7 @@ class Requests:
             return
         operation.end_observation = cell.cancel_initial_response
         self._respond(request_id, Ok(value=ExecutionStarted(cell_id=cell.cell_id)))
-        self._workers.start_soon(self._observe_initial, request_id, cell, started)
+        self._nursery.start_soon(self._observe_initial, request_id, cell, started)
 
     async def _observe_initial(self, request_id: int, cell: RuntimeCell, started: float) -> None:
         """An execute's initial observation, answered as `operation/initial`."""

@@ -1,5 +1,5 @@
-"""`codemode._trio.CallWorkers` and `CallbackGroup`: jobs and delegate calls run by parked
-worker tasks (rules 1-5 of `codemode/_trio/_callbacks.py`)."""
+"""`codemode._trio.CallbackGroup` and `CallWorkers`: delegate calls run by parked worker tasks
+(rules 1-5 of `codemode/_trio/_callbacks.py`)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 import trio
 import trio.testing
 
-from codemode import Completed, JsonValue, NestedToolCall
+from codemode import Completed, JsonValue, LiveCell, NestedToolCall, WaitRequest, Yielded
 from codemode._trio import CallbackGroup, CallWorkers
 from tests.delegates import RecordingDelegate
-from tests.sessions import run, texts, tool
+from tests.sessions import LONG_MS, run, texts, tool
 from tests.test_wire_defects import PROVIDERS, session_of
 
 
@@ -219,11 +219,11 @@ async def test_after_close_a_busy_worker_ends_with_its_call() -> None:
     assert workers.parked == 0
 
 
-async def test_plain_jobs_share_the_workers_and_start_in_the_owners_context() -> None:
+async def test_workers_start_in_the_owners_context_not_the_callers() -> None:
     tenant: contextvars.ContextVar[str] = contextvars.ContextVar("tenant", default="none")
     seen: list[tuple[str, trio.lowlevel.Task]] = []
 
-    async def job(name: str) -> None:
+    async def call(name: str) -> None:
         seen.append((f"{name}:{tenant.get()}", trio.lowlevel.current_task()))
 
     with trio.fail_after(5):
@@ -233,18 +233,20 @@ async def test_plain_jobs_share_the_workers_and_start_in_the_owners_context() ->
             done = trio.Event()
 
             async def from_a_user() -> None:
-                tenant.set("user")  # the job's worker does not start in this context
-                workers.start_soon(job, "plain")
-                await trio.testing.wait_all_tasks_blocked()
-                CallbackGroup(workers).start(job, "call")
-                await trio.testing.wait_all_tasks_blocked()
+                tenant.set("user")  # a worker this call starts does not start in this context
+                group = CallbackGroup(workers)
+                group.start(call, "first")
+                await group.wait_idle()
+                group.start(call, "second")
+                await group.wait_idle()
                 done.set()
 
             nursery.start_soon(from_a_user)
             await done.wait()
+            await trio.testing.wait_all_tasks_blocked()
             assert workers.parked == 1
             workers.close()
-    assert [name for name, _ in seen] == ["plain:owner", "call:owner"]
+    assert [name for name, _ in seen] == ["first:owner", "second:owner"]
     assert seen[0][1] is seen[1][1]
 
 
@@ -261,38 +263,41 @@ async def test_a_delegate_call_runs_in_the_providers_context_not_the_callers(kin
         return seen
 
     delegate = RecordingDelegate(on_tool=tenant_of)
-    source = "text(await tools.echo({})); text(await tools.echo({}))"
+    # The first call is made while the initial observation yields: it is held, and started by
+    # the caller's task once that observation answered (rule 1 of the runtime's `_calls`).
+    source = "yield_control(); text(await tools.echo({})); text(await tools.echo({}))"
     with trio.fail_after(30):
         async with session_of(kind) as session:
             TENANT.set("caller")
-            # Workers the caller's own steps started (a cell's task) run later calls too.
-            await run(session, delegate, 'text("warm")')
-            response = await run(session, delegate, source, tools=[tool("echo")])
-    assert isinstance(response, Completed)
-    assert texts(response)[0] == "provider"
-    assert texts(response)[1] in ("provider", "leaked")
+            yielded = await run(session, delegate, source, tools=[tool("echo")])
+            assert isinstance(yielded, Yielded)
+            outcome = await session.wait(
+                WaitRequest(cell_id=yielded.cell_id, yield_time_ms=LONG_MS)
+            )
+    assert isinstance(outcome, LiveCell)
+    assert isinstance(outcome.response, Completed)
+    assert texts(outcome.response)[0] == "provider"
+    assert texts(outcome.response)[1] in ("provider", "leaked")
 
 
-async def test_a_parked_worker_keeps_nothing_of_its_last_job() -> None:
+async def test_a_parked_worker_keeps_nothing_of_its_last_call() -> None:
     class Cell:
         async def run(self) -> None:
             await trio.lowlevel.checkpoint()
 
+    async def call(cell: Cell) -> None:
+        await cell.run()
+
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
             workers = CallWorkers(nursery, keep=4)
-            for _ in range(2):  # the worker's first job, then a later one
+            for _ in range(2):  # the worker's first call, then a later one
                 cell = Cell()
                 gone = weakref.ref(cell)
-                done = trio.Event()
-
-                async def job(cell: Cell, done: trio.Event) -> None:
-                    await cell.run()
-                    done.set()
-
-                workers.start_soon(job, cell, done)
+                group = CallbackGroup(workers)
+                group.start(call, cell)
                 del cell
-                await done.wait()
+                await group.wait_idle()
                 await trio.testing.wait_all_tasks_blocked()
                 assert workers.parked == 1
                 gc.collect()
@@ -300,23 +305,24 @@ async def test_a_parked_worker_keeps_nothing_of_its_last_job() -> None:
             workers.close()
 
 
-async def test_dismissed_workers_end_and_later_jobs_start_new_ones() -> None:
+async def test_dismissed_workers_end_and_later_calls_start_new_ones() -> None:
     tasks: list[trio.lowlevel.Task] = []
 
-    async def job() -> None:
+    async def call() -> None:
         tasks.append(trio.lowlevel.current_task())
 
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
             workers = CallWorkers(nursery, keep=4)
-            workers.start_soon(job)
+            group = CallbackGroup(workers)
+            group.start(call)
             await trio.testing.wait_all_tasks_blocked()
             assert workers.parked == 1
             workers.dismiss_parked()
             assert workers.parked == 0
             await trio.testing.wait_all_tasks_blocked()
             assert len(nursery.child_tasks) == 0  # it ended
-            workers.start_soon(job)
+            group.start(call)
             await trio.testing.wait_all_tasks_blocked()
             assert workers.parked == 1  # a new worker parks: the pool is not closed
             workers.close()

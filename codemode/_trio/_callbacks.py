@@ -1,47 +1,48 @@
-"""Worker tasks that run short jobs one after another, and delegate calls of one cell (its tool
-calls, or its notifications) as cancellable jobs of theirs.
+"""Delegate calls of one cell (its tool calls, or its notifications) as cancellable calls, run
+by parked worker tasks.
 
-Shared by the runtime (cell tasks, calls into the application), the host (initial
-observations) and the process provider (calls the host forwards to the application).
+Shared by the runtime (calls into the application) and the process provider (calls the host
+forwards to the application).
 
-`CallWorkers` runs jobs in the tasks of a borrowed nursery (the session's, the host's, or the
-host link's). Each worker task runs one job at a time inside a cancel scope of its own, and parks
-between jobs until the next one is handed to it. A `CallbackGroup` holds one cell's delegate
-calls, so it can cancel one call, or all of them, without owning a nursery: a cell that ends
-waits for its calls to return *or* for a grace period (`wait_idle()` under a timeout),
-whichever comes first, and a delegate that shields its cleanup cannot hold the cell hostage
-(DESIGN section 4). A worker left running past the grace still belongs to the nursery, which
-awaits it.
+A `CallbackGroup` holds one cell's calls; `CallWorkers` runs them, in the tasks of a borrowed
+nursery (the in-process provider's, the host's, or the host link's). Each worker task runs one
+call at a time inside a cancel scope of its own, and parks between calls until the next one is
+handed to it. So the group can cancel one call, or all of them, without owning a nursery: a
+cell that ends waits for its calls to return *or* for a grace period (`wait_idle()` under a
+timeout), whichever comes first, and a delegate that shields its cleanup cannot hold the cell
+hostage (DESIGN section 4). A worker left running past the grace still belongs to the nursery,
+which awaits it.
 
 `all_started()` waits until every call started so far has begun: its worker has taken it to the
 delegate's first checkpoint, so the delegate has seen the call (a pending frontier is delivered
 only then).
 
 Rules:
-1. A job costs the wake-up of a parked worker, not a spawned task (about 12,000 instructions
-   more in this interpreter) and, for a call, a cancel scope of its own (about 48,000): a
-   quarter of the client's work per nested tool call (`docs/benchmarks.md`, eighth round). A
-   worker is spawned only when none is parked.
+1. A call costs the wake-up of a parked worker, not a spawned task (about 12,000 instructions
+   more in this interpreter) and a cancel scope of its own (about 48,000): a quarter of the
+   client's work per nested tool call (`docs/benchmarks.md`, eighth round). A worker is spawned
+   only when none is parked.
 2. Cancelling a call cancels its worker's scope, so that worker ends after the call (its scope
    stays cancelled) instead of parking: cancellation costs a spawn later, never a late cancel of
-   another job. A call cancelled before its worker took it is cancelled as soon as it is taken,
+   another call. A call cancelled before its worker took it is cancelled as soon as it is taken,
    so the delegate sees it and meets `Cancelled` at its first checkpoint, as a task started in a
    cancelled scope would. Nothing else cancels a worker's scope.
-3. At most `keep` workers park; a worker finishing a job when that many are parked ends. After
-   `close()` none parks: those parked end, and busy ones end after their job.
+3. At most `keep` workers park; a worker finishing a call when that many are parked ends. After
+   `close()` none parks: those parked end, and busy ones end after their call.
 4. Every worker starts in a copy of the context `CallWorkers` was made in (`contextvars`), not
-   in the context of whoever's job made it start. A job runs in its worker's context: a context
-   variable a delegate sets and never resets is seen by that worker's later jobs.
-5. Parked workers hold memory that the host gives back when idle: their frames keep pymalloc
-   arenas from being freed (64 of them held about 4 MiB after a burst of 1,000 cells). The
-   host drops them before its engine's release when idle (`dismiss_parked`).
+   in the context of whoever's call made it start (a held call is started by the observer's
+   caller). A call runs in its worker's context: a context variable a delegate sets and never
+   resets is seen by that worker's later calls.
+5. A parked worker keeps nothing of its last call, but its own frames keep pymalloc arenas from
+   being given back: an owner that gives memory back when idle drops its parked workers first
+   (`dismiss_parked`; the host does, before its engine's release when idle).
 """
 
 from __future__ import annotations
 
 import contextvars
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, TypeVarTuple
+from typing import Any, TypeVarTuple
 
 import trio
 
@@ -51,40 +52,23 @@ CLEANUP_GRACE = 1.0
 """Seconds a closing cell waits for its cancelled delegate calls (DESIGN section 4)."""
 
 
-class _Job(Protocol):
-    async def run(self, worker: _Worker) -> None: ...
-
-
 class _Worker:
-    """A task that runs jobs one at a time (rule 1)."""
+    """A task that runs calls one at a time (rule 1)."""
 
     __slots__ = ("next", "scope", "task")
 
     def __init__(self, task: trio.lowlevel.Task, scope: trio.CancelScope) -> None:
         self.task = task
         self.scope = scope
-        self.next: _Job | None = None  # handed over while it is parked
-
-
-class _Plain:
-    """A job that is only a function and its arguments."""
-
-    __slots__ = ("_args", "_fn")
-
-    def __init__(self, fn: Callable[..., Awaitable[object]], args: tuple[Any, ...]) -> None:
-        self._fn = fn
-        self._args = args
-
-    async def run(self, worker: _Worker) -> None:
-        await self._fn(*self._args)
+        self.next: DelegateCall | None = None  # handed over while it is parked
 
 
 class CallWorkers:
-    """Worker tasks of one nursery, which run the jobs handed to them one at a time.
+    """Worker tasks of one nursery, which run the calls of many `CallbackGroup`s.
 
     Args:
-        nursery: where the workers run; it must outlive every job (its owner cancels it at its
-            end, or calls `close()` first).
+        nursery: where the workers run; it must outlive every call (its owner cancels it at
+            its end, or calls `close()` first).
         keep: the most workers parked at once (rule 3).
     """
 
@@ -97,23 +81,18 @@ class CallWorkers:
 
     @property
     def parked(self) -> int:
-        """Workers waiting for a job."""
+        """Workers waiting for a call."""
         return len(self._parked)
 
-    def start_soon(self, fn: Callable[[*Ts], Awaitable[object]], *args: *Ts) -> None:
-        """Run `fn(*args)` in a worker, as `nursery.start_soon` would in a task of its own (an
-        exception it raises ends its worker and reaches the nursery)."""
-        self.run(_Plain(fn, args))
-
-    def run(self, job: _Job) -> None:
-        """Hand `job` to a parked worker, or to a new one."""
+    def run(self, call: DelegateCall) -> None:
+        """Hand `call` to a parked worker, or to a new one."""
         if self._parked:
             worker = self._parked.pop()
-            worker.next = job
+            worker.next = call
             trio.lowlevel.reschedule(worker.task)
         else:
             # The new task copies the context current when it is spawned (rule 4).
-            self._context.run(self._nursery.start_soon, self._work, job)
+            self._context.run(self._nursery.start_soon, self._work, call)
 
     def close(self) -> None:
         """No worker parks from now on (rule 3); the parked ones end."""
@@ -121,24 +100,24 @@ class CallWorkers:
         self.dismiss_parked()
 
     def dismiss_parked(self) -> None:
-        """The parked workers end (rule 5); later jobs start new ones."""
+        """The parked workers end (rule 5); later calls start new ones."""
         parked, self._parked = self._parked, []
         for worker in parked:
-            trio.lowlevel.reschedule(worker.task)  # with no job: it ends
+            trio.lowlevel.reschedule(worker.task)  # with no call: it ends
 
-    async def _work(self, first: _Job) -> None:
+    async def _work(self, first: DelegateCall) -> None:
         with trio.CancelScope() as scope:
             worker = _Worker(trio.lowlevel.current_task(), scope)
-            job: _Job | None = first
+            call: DelegateCall | None = first
             del first
-            while job is not None:
-                await job.run(worker)
-                job = None  # a parked worker keeps nothing of its last job (a cell, its output)
+            while call is not None:
+                await call.run(worker)
+                call = None  # a parked worker keeps nothing of its last call (rule 5)
                 if scope.cancel_called or self._closed or len(self._parked) >= self._keep:
                     return  # rule 2, rule 3
-                job = await self._park(worker)
+                call = await self._park(worker)
 
-    async def _park(self, worker: _Worker) -> _Job | None:
+    async def _park(self, worker: _Worker) -> DelegateCall | None:
         self._parked.append(worker)
 
         def abort(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
@@ -146,12 +125,12 @@ class CallWorkers:
             return trio.lowlevel.Abort.SUCCEEDED
 
         await trio.lowlevel.wait_task_rescheduled(abort)
-        job, worker.next = worker.next, None
-        return job
+        call, worker.next = worker.next, None
+        return call
 
 
 class DelegateCall:
-    """One call of a `CallbackGroup`, a job of its workers: cancel it with `cancel()`."""
+    """One call of a `CallbackGroup`: cancel it with `cancel()`."""
 
     __slots__ = ("_args", "_cancelled", "_fn", "_group", "_reason", "_worker")
 

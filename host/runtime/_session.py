@@ -57,7 +57,7 @@ class RuntimeSession:
 
     Args:
         engine: the engine that runs the cells.
-        nursery: where cell tasks and delegate calls run (as jobs of `workers`); it must
+        nursery: where cell tasks and delegate calls run (the calls by `workers`); it must
             outlive the session.
         limits: the limits of every cell of the session.
         max_response_bytes: the most output one observation takes (the host gives its frame
@@ -82,6 +82,7 @@ class RuntimeSession:
         workers: CallWorkers | None = None,
     ) -> None:
         self._engine = engine
+        self._nursery = nursery
         self._own_workers = workers is None
         self._workers = workers or CallWorkers(nursery, keep=SESSION_WORKERS)
         self._admission = admission or Admission()
@@ -209,7 +210,7 @@ class RuntimeSession:
             alarms=self._engine.alarms,
         )
         self._cells[cell_id] = cell
-        self._workers.start_soon(cell.run)
+        self._nursery.start_soon(cell.run)
         return cell
 
     async def wait(
