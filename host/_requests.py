@@ -121,9 +121,9 @@ def _timed_outcome(outcome: WaitOutcome, started: float) -> WaitOutcome:
 
 
 class _Cancellable:
-    """An operation `operation/cancel` may target: cancels its current scope, or the next
-    one it enters if it is between two; an execute's initial observation is cancelled by the
-    runtime's hook instead (rule 7 of its `_observer`), which costs no cancel scope."""
+    """An operation `operation/cancel` may target: a wait's scope (at once if the wait has not
+    entered it yet), or an execute's initial observation, through the runtime's hook (rule 7 of
+    its `_observer`), which costs no cancel scope."""
 
     __slots__ = ("_scope", "cancelled", "end_observation", "observed", "preemption")
 

@@ -38,11 +38,8 @@ class Held:
 
 
 async def test_sequential_calls_reuse_one_parked_worker() -> None:
-    tasks: list[trio.lowlevel.Task] = []
-
-    async def call() -> None:
-        tasks.append(trio.lowlevel.current_task())
-
+    call = Held()
+    call.release.set()
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
             workers = CallWorkers(nursery, keep=4)
@@ -53,8 +50,8 @@ async def test_sequential_calls_reuse_one_parked_worker() -> None:
                 await trio.testing.wait_all_tasks_blocked()
                 assert workers.parked == 1
             workers.close()  # the parked worker ends: the nursery can end by itself
-    assert len(tasks) == 3
-    assert len(set(tasks)) == 1
+    assert len(call.tasks) == 3
+    assert len(set(call.tasks)) == 1
 
 
 async def test_cancelling_one_call_leaves_the_others_and_retires_its_worker() -> None:
@@ -306,11 +303,8 @@ async def test_a_parked_worker_keeps_nothing_of_its_last_call() -> None:
 
 
 async def test_dismissed_workers_end_and_later_calls_start_new_ones() -> None:
-    tasks: list[trio.lowlevel.Task] = []
-
-    async def call() -> None:
-        tasks.append(trio.lowlevel.current_task())
-
+    call = Held()
+    call.release.set()
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
             workers = CallWorkers(nursery, keep=4)
@@ -326,5 +320,5 @@ async def test_dismissed_workers_end_and_later_calls_start_new_ones() -> None:
             await trio.testing.wait_all_tasks_blocked()
             assert workers.parked == 1  # a new worker parks: the pool is not closed
             workers.close()
-    assert len(tasks) == 2
-    assert tasks[0] is not tasks[1]
+    assert len(call.tasks) == 2
+    assert call.tasks[0] is not call.tasks[1]
