@@ -10,6 +10,7 @@ import re
 import msgspec
 import pytest
 import trio
+import trio.testing
 from codemode_host.engine import (
     MAX_STACK_LIMIT,
     CellEvent,
@@ -839,5 +840,81 @@ async def test_a_failing_handler_fails_its_own_cell_task_only() -> None:
                 pytest.raises(LookupError, match="cannot handle boom"),
             ):
                 await cell.handle_until_finished(broken)
+            run = await run_cell(engine, 'text("still served")')
+    assert run.texts == ["still served"]
+
+
+async def test_handle_events_needs_no_task_and_a_task_takes_over_without_repeats() -> None:
+    # The runtime's cells run this way (rule 10 of `runtime/_cell.py`): their handler runs
+    # in the collector with no task waiting, and a task takes over only when one is needed.
+    async with open_engine() as engine:
+        with trio.fail_after(30):
+            source = 'text("one"); await tools.t({}); text("two")'
+            with engine.start_cell(source, tools=[CellTool("t")]) as cell:
+                seen: list[CellEvent] = []
+                called = trio.Event()
+
+                def handle(event: CellEvent) -> None:
+                    seen.append(event)
+                    if isinstance(event, ToolCallRequested):
+                        called.set()
+
+                cell.handle_events(handle, failed=lambda: None)
+                await called.wait()  # handled in the collector: nobody awaited the cell
+                taken_over = len(seen)
+                async with trio.open_nursery() as nursery:
+                    finished = trio.Event()
+
+                    async def take_over() -> None:
+                        assert await cell.handle_until_finished(handle) is seen[-1]
+                        finished.set()
+
+                    nursery.start_soon(take_over)
+                    await trio.testing.wait_all_tasks_blocked()
+                    call = next(e for e in seen if isinstance(e, ToolCallRequested))
+                    cell.settle_tool_call(call.call_id, b"{}")
+                    await finished.wait()
+    texts = [event.text for event in seen if isinstance(event, TextOutput)]
+    assert texts == ["one", "two"]
+    assert [type(event) for event in seen[:taken_over]][:2] == [Started, TextOutput]
+    assert sum(isinstance(event, Finished) for event in seen) == 1
+    assert isinstance(seen[-1], Finished)
+
+
+async def test_a_finished_handled_with_no_task_is_returned_to_a_later_task() -> None:
+    async with open_engine() as engine:
+        with trio.fail_after(30):
+            with engine.start_cell('text("done")') as cell:
+                seen: list[CellEvent] = []
+                done = trio.Event()
+
+                def handle(event: CellEvent) -> None:
+                    seen.append(event)
+                    if isinstance(event, Finished):
+                        done.set()
+
+                cell.handle_events(handle, failed=lambda: None)
+                await done.wait()
+                finished = await cell.handle_until_finished(handle)
+    assert finished is seen[-1]
+    assert [type(event) for event in seen] == [Started, TextOutput, Finished]
+
+
+async def test_a_handler_failing_with_no_task_calls_failed_and_the_task_raises() -> None:
+    async with open_engine() as engine:
+        with trio.fail_after(30):
+
+            def broken(event: CellEvent) -> None:
+                text = event.text if isinstance(event, TextOutput) else None
+                if text is not None:
+                    raise LookupError(f"cannot handle {text}")
+
+            failed = trio.Event()
+            source = 'text("boom"); await new Promise(() => {})'
+            with engine.start_cell(source) as cell:
+                cell.handle_events(broken, failed.set)
+                await failed.wait()
+                with pytest.raises(LookupError, match="cannot handle boom"):
+                    await cell.handle_until_finished(broken)
             run = await run_cell(engine, 'text("still served")')
     assert run.texts == ["still served"]

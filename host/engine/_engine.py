@@ -12,7 +12,9 @@ so that an event costs no pass of the scheduler to reach the cell (a tool call l
 delegate in the step that drained it, a completion for its observer); only `Finished`, handled
 too, wakes the cell task. An exception of the handler is raised in the cell task, never in the
 collector, which serves every cell. `stop_handling()` ends the wait without a `Finished` (a
-terminated turn that does not stop is abandoned).
+terminated turn that does not stop is abandoned). `handle_events` hands the events over the
+same way with no task waiting at all (a task may take over with `handle_until_finished`): the
+runtime's cells have a task only when they must wait themselves.
 
 `Engine.alarms` keeps the deadlines of those who use the engine's cells (an observation's
 window, a terminated turn's last moment) in one task of the engine (`codemode._trio.Alarms`):
@@ -120,6 +122,8 @@ class EngineCell:
         self._wakeup: trio.Event | None = None
         self._handle: Callable[[CellEvent], None] | None = None
         self._failure: Exception | None = None
+        self._failed: Callable[[], None] | None = None
+        self._finished: Finished | None = None
         self._stopped = False
         key = native.key
         assert key is not None, "a fresh cell always has its key"
@@ -130,19 +134,36 @@ class EngineCell:
 
     def _deliver(self, event: CellEvent) -> None:
         handle = self._handle
-        if handle is not None:
+        if handle is None:
+            self._pending.append(event)
+        else:
             try:
                 handle(event)
             except Exception as error:
-                self._failure = error  # raised by the cell task (its handler stops here)
-                self._handle = None
+                self._failure = error  # raised by `handle_until_finished`; nothing more handled
+                failed, self._handle, self._failed = self._failed, None, None
+                if failed is not None:
+                    failed()
             else:
                 if not isinstance(event, Finished):
                     return
-                self._handle = None  # handled: the cell task returns it, handling nothing more
-        self._pending.append(event)
+                self._handle = self._failed = None  # handled: `handle_until_finished` returns it
+                self._finished = event
         if self._wakeup is not None:
             self._wakeup.set()
+
+    def handle_events(
+        self, handle: Callable[[CellEvent], None], failed: Callable[[], None]
+    ) -> None:
+        """Hand every event to `handle` in the collector's step, with no task waiting, until
+        `Finished`, which is handled too. If `handle` raises, it is given nothing more and
+        `failed()` is called (it must not block nor raise); `handle_until_finished(handle)`,
+        which may take the handling over at any time, then raises the exception."""
+        self._handle = handle
+        self._failed = failed
+        events, self._pending = self._pending, []
+        for event in events:  # published before the handler was set
+            self._deliver(event)
 
     def stop_handling(self) -> None:
         """`handle_until_finished` returns None now, or as soon as it is called, unless the
@@ -154,30 +175,32 @@ class EngineCell:
     async def handle_until_finished(self, handle: Callable[[CellEvent], None]) -> Finished | None:
         """Hand every event to `handle` (in the collector's task while this one waits) until
         `Finished`, which is handled too and returned (None: `stop_handling()` came first); an
-        exception of `handle` is raised here."""
-        events, self._pending = self._pending, []
-        for index, event in enumerate(events):  # published before the handler was set
-            handle(event)
-            if isinstance(event, Finished):
-                self._pending[:0] = events[index + 1 :]  # nothing follows it; kept anyway
-                await trio.lowlevel.checkpoint()
-                return event
-        self._handle = handle  # from now on, every event reaches it in the collector
-        try:
-            while not self._pending and not self._stopped:
-                self._wakeup = trio.Event()
-                await self._wakeup.wait()
-                self._wakeup = None
-        finally:
-            self._handle = None
+        exception of `handle` is raised here. Takes over from `handle_events(handle, ...)`:
+        what that handled is not handled again."""
+        self._failed = None  # a task waits: it raises the failure itself
+        if self._handle is None and self._finished is None and self._failure is None:
+            events, self._pending = self._pending, []
+            for index, event in enumerate(events):  # published before the handler was set
+                handle(event)
+                if isinstance(event, Finished):
+                    self._pending[:0] = events[index + 1 :]  # nothing follows it; kept anyway
+                    await trio.lowlevel.checkpoint()
+                    return event
+        if self._finished is None and self._failure is None:
+            self._handle = handle  # from now on, every event reaches it in the collector
+            try:
+                while self._finished is None and self._failure is None and not self._stopped:
+                    self._wakeup = trio.Event()
+                    await self._wakeup.wait()
+                    self._wakeup = None
+            finally:
+                self._handle = None
+        else:
+            await trio.lowlevel.checkpoint()
         if self._failure is not None:
             failure, self._failure = self._failure, None
             raise failure
-        if not self._pending:
-            return None  # stopped
-        finished = self._pending.pop(0)  # what woke this task: the Finished it handled
-        assert isinstance(finished, Finished)
-        return finished
+        return self._finished  # None: stopped
 
     async def next_events(self) -> list[CellEvent]:
         """Wait until the cell has published something; return everything it has published."""
@@ -227,6 +250,7 @@ class EngineCell:
 
     def close(self) -> None:
         """Interrupt the cell if needed and free its runtime. Idempotent."""
+        self._handle = self._failed = None  # the handler's owner holds this cell: no cycle
         self._engine._forget(self.key)
         self._native.close()
 

@@ -1,7 +1,8 @@
-"""One cell of a session: its task, its output, its observers and its delegate calls.
+"""One cell of a session: its output, its observers, its delegate calls and, when it needs one,
+its task.
 
-The cell task drives an engine cell through the turn-and-event interface (no thread hand-off
-per turn): it turns engine events into output items, delegate calls and timers. Its state lives
+The cell drives an engine cell through the turn-and-event interface (no thread hand-off per
+turn): its handler turns engine events into output items, delegate calls and timers. Its state lives
 in two tables (`_phases`): the lifecycle (running, draining notifications, completed, claimed,
 terminating, terminated, closed) and the observation (idle, watching, yielding); every change
 goes through them.
@@ -16,7 +17,9 @@ Rules (reference-runtime section 5):
    `terminate` claims it instead of terminating.
 4. `cell_closed` runs exactly once, last, after the cell left the session's registry. An
    observer that takes the completion closes the cell itself, before it returns (reference-
-   runtime 5.4, step 6); the cell task closes it in every other case.
+   runtime 5.4, step 6); so do a terminate that claims it (after a pass of the scheduler) and a
+   shutdown that claims it. The cell task, when the cell has one, closes it in every other
+   case; the session's watcher closes a cell without a task on an abort (rule 10).
 5. The initial observation belongs to the `StartedCell`: awaited once, or released (explicitly,
    or when the `StartedCell` is dropped, or when its await is cancelled); after that, `wait`s
    observe the cell and nothing the initial observation did not take is lost.
@@ -25,17 +28,20 @@ Rules (reference-runtime section 5):
 7. The cell is admitted holding an active-cell slot (`_admission`) and gives it back when its
    lifecycle leaves the ACTIVE states, in `_move`, the one place its lifecycle changes.
 8. The engine's events, `Finished` included, are handled in the collector's step
-   (`EngineCell.handle_until_finished`): a cell with no call left to wait for completes there
-   and wakes its observer, without a pass of the cell task between.
-9. The cell's deadlines are alarms of the engine (`_jswait`), kept while the cell task waits
-   for the JavaScript: the end of the observer's window (rule 6 of `_observer`), and after a
-   termination the time its turn is abandoned.
+   (`EngineCell.handle_events`): a cell with no call left to wait for completes there.
+9. The cell's deadlines are alarms of the engine (`_jswait`) while its JavaScript runs: its
+   observer's window end (rule 6 of `_observer`), and after a termination the moment its turn
+   is abandoned.
+10. A cell gets a task (`run`) only to wait itself: for the calls in flight when its
+   JavaScript ended, for a termination, or to raise its handler's exception. Running, waiting
+   and holding a completion need none (a task per cell cost a sixth of the host's
+   instructions for a trivial cell, and memory for every waiting one).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 from codemode_host.engine import (
@@ -58,7 +64,6 @@ from codemode_host.engine import (
 from codemode import (
     CellInfo,
     Completed,
-    ContentItem,
     ExecuteRequest,
     LiveCell,
     Pending,
@@ -71,7 +76,6 @@ from codemode import (
 from codemode._trio import Alarms, CallWorkers
 from codemode.errors import (
     AlreadyTerminatingError,
-    CodeModeError,
     ObserverBusyError,
     RuntimeEndedError,
 )
@@ -81,13 +85,12 @@ from ._callee import name_the_callee
 from ._calls import CellCalls
 from ._frontier import Frontier
 from ._jswait import JavaScriptWait
-from ._observer import ObservationCancelledError, Observer
+from ._observer import InitialObservation, ObservationCancelledError, Observer
 from ._output import CellOutput
 from ._phases import (
     ACTIVE,
     LIFECYCLE,
     OBSERVATION,
-    Initial,
     Lifecycle,
     LifecycleTrigger,
     Watch,
@@ -99,7 +102,8 @@ logger = logging.getLogger("codemode.runtime")
 
 
 class RuntimeCell:
-    """A cell's state and task. Created and registered by `RuntimeSession.execute`."""
+    """A cell's state, and its task when it needs one (rule 10). Created and registered by
+    `RuntimeSession.execute`, which then `start`s it."""
 
     def __init__(
         self,
@@ -146,23 +150,37 @@ class RuntimeCell:
         self._js_running = True
         self._output = CellOutput(cell_id, engine_cell, max_response_bytes)
         self._writes: dict[str, bytes] = {}
-        self._initial: Observer | None = Observer(initial_window_ms, start_now=False)
-        self._initial_state = Initial.PENDING
-        self._observer: Observer | None = self._initial
+        self._initial = InitialObservation(initial_window_ms)
+        self._observer: Observer | None = self._initial.observer
         self._completion_error: str | None = None
-        self._claimed = trio.Event()
         self._terminated: Terminated | None = None
         self._js_wait = JavaScriptWait(cell_id, engine_cell, alarms)
+        self._spawn: Callable[[Callable[[], Awaitable[None]]], None] | None = None
+        self._has_task = False
+        self._aborted = False
 
-    @property
-    def cpu_time_ms(self) -> float:
-        """CPU time the cell's JavaScript used, as of the end of its last turn."""
-        return self._cpu_time_ms
+    def start(self, spawn: Callable[[Callable[[], Awaitable[None]]], None]) -> None:
+        """Hand the engine's events to the cell's handler, with no task of its own until it
+        needs one (rule 10): `spawn(self.run)` then starts it (the session's nursery's
+        `start_soon`). A handler that raises gets it a task at once, which raises it."""
+        self._spawn = spawn
+        self._engine_cell.handle_events(self._handle_now, self._need_task)
+
+    def _need_task(self) -> None:
+        if not self._has_task and self._spawn is not None:
+            self._has_task = True
+            self._spawn(self.run)
+
+    def abort(self) -> None:
+        """The session's nursery was cancelled: close the cell now, unless its task does."""
+        self._aborted = True
+        if not self._has_task:
+            self._close()
 
     @property
     def closing(self) -> bool:
-        """Its end was taken (claimed, or terminated): the cell task closes it next, without
-        waiting for anything (`closed` is set a pass of the scheduler later)."""
+        """Its end was taken (claimed, or terminated): it closes next, without waiting for
+        anything (`closed` is set at most a pass of the scheduler later)."""
         return self.lifecycle in (Lifecycle.CLAIMED, Lifecycle.TERMINATED)
 
     @property
@@ -178,7 +196,7 @@ class RuntimeCell:
             age_s=max(0.0, now - self._admitted_at),
             pending_tool_calls=self._calls.pending_tools,
             buffered_output_bytes=self._output.size,
-            cpu_time_ms=self.cpu_time_ms,
+            cpu_time_ms=self._cpu_time_ms,  # as of the end of its last turn
         )
 
     def _move(self, trigger: LifecycleTrigger) -> None:
@@ -216,31 +234,22 @@ class RuntimeCell:
     async def initial_response(self) -> RuntimeResponse | Pending:
         """The observation `execute` attached, awaited once by `StartedCell.initial_response`
         (rule 5)."""
-        observer = self._initial
-        if self._initial_state is not Initial.PENDING or observer is None:
-            raise CodeModeError(
-                f"the initial response of exec cell {self.cell_id} was already taken or released"
-            )
-        self._initial_state = Initial.AWAITED
+        observer = self._initial.take(self.cell_id)
         try:
             return await self.observe(observer)
         finally:
-            self._initial_state = Initial.DONE
-            self._initial = None
+            self._initial.done()
 
     def cancel_initial_response(self) -> None:
         """The initial observation ends without a response: its `initial_response()` raises
         `ObservationCancelledError`, now or when awaited (rule 7 of `_observer`)."""
-        if self._initial is not None:
-            self._initial.cancel()
+        self._initial.cancel()
 
     def release_initial_observer(self) -> None:
         """The `StartedCell` gave its initial observation up unawaited: `wait`s may observe."""
-        if self._initial_state is Initial.PENDING:
-            self._initial_state = Initial.DONE
-            if self._initial is not None:
-                self._detach(self._initial)
-            self._initial = None
+        observer = self._initial.release()
+        if observer is not None:
+            self._detach(observer)
 
     async def observe(self, observer: Observer) -> RuntimeResponse | Pending:
         """Wait for the observation's end and build its response (rule 1 of `_observer`).
@@ -284,7 +293,7 @@ class RuntimeCell:
         if self.lifecycle is Lifecycle.TERMINATING:
             return None
         if observer.boundary is not None:
-            return self._yielded(observer.boundary)
+            return self._output.yielded(observer.boundary)
         if self.lifecycle is Lifecycle.COMPLETED:
             completion = self._take_completion(self._budget)
             if isinstance(completion, Completed):
@@ -294,36 +303,24 @@ class RuntimeCell:
             elif observer.frontier:
                 # Past the budget: the rest and the completion follow, and a frontier
                 # observer never yields.
-                return self._pending(completion.content_items, [])
+                return self._output.pending(completion.content_items, [])
             return completion
         if self.lifecycle is Lifecycle.CLAIMED:
             return None  # a terminate took the completion: this observation ends at close
         if observer.frontier:
             if self.lifecycle is Lifecycle.RUNNING and self._frontier.undelivered:
                 items = self._output.take(len(self._output))
-                return self._pending(items, self._frontier.deliver())
+                return self._output.pending(items, self._frontier.deliver())
             return None
         if observer.expired(trio.current_time()):
-            return self._yielded(len(self._output))
+            return self._output.yielded(len(self._output))
         return None
-
-    def _pending(self, items: list[ContentItem], tool_call_ids: list[str]) -> Pending:
-        return Pending(
-            cell_id=self.cell_id, content_items=items, pending_tool_call_ids=tool_call_ids
-        )
-
-    def _yielded(self, count: int) -> Yielded:
-        return Yielded(cell_id=self.cell_id, content_items=self._output.take(count))
 
     def _take_completion(self, budget: int | None) -> Completed | Yielded:
         if not self._output.fits(budget):
-            return self._yielded(len(self._output))  # the rest, and the completion, follow
+            return self._output.yielded(len(self._output))  # the completion follows the rest
         self._move(LifecycleTrigger.CLAIM)
-        self._claimed.set()
-        items = self._output.take_all()
-        return Completed(
-            cell_id=self.cell_id, content_items=items, error_text=self._completion_error
-        )
+        return self._output.completed(self._completion_error)
 
     def _wake_observer(self) -> None:
         if self._observer is not None:
@@ -336,7 +333,11 @@ class RuntimeCell:
         if self.lifecycle is Lifecycle.COMPLETED:
             completion = self._take_completion(None)
             assert isinstance(completion, Completed)
-            await trio.lowlevel.cancel_shielded_checkpoint()  # the completion is taken
+            # The completion is taken; a terminate meanwhile finds the cell claimed (reference-
+            # runtime 5.5), as it would while the cell task closed it.
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            if not self._has_task:
+                self._close()
             return LiveCell(response=completion)
         if self.lifecycle not in (Lifecycle.RUNNING, Lifecycle.DRAINING):
             await trio.lowlevel.checkpoint()
@@ -357,7 +358,8 @@ class RuntimeCell:
             self._begin_termination(reason)
         elif self.lifecycle is Lifecycle.COMPLETED:
             self._move(LifecycleTrigger.CLAIM)
-            self._claimed.set()
+            if not self._has_task:
+                self._close()
 
     def _begin_termination(self, reason: str) -> None:
         self._move(LifecycleTrigger.TERMINATE)
@@ -367,25 +369,31 @@ class RuntimeCell:
             self._js_wait.abandon_soon()
         self._calls.cancel(reason)
         self._wake_observer()
+        self._need_task()
 
     # ---- the cell task ---------------------------------------------------------------------
 
     async def run(self) -> None:
-        """The cell's task: run the JavaScript, finish the cell, close it."""
+        """The cell's task, when it needs one (rule 10): wait for the JavaScript, finish the
+        cell, and close it, unless it holds its completion: it then ends, and the claimer
+        closes the cell (rule 4)."""
+        self._has_task = True
         try:
             await self._run_javascript()
             if self.lifecycle is Lifecycle.DRAINING:
                 await self._finish_naturally()
-            if self.lifecycle is Lifecycle.COMPLETED:
-                await self._claimed.wait()
             if self.lifecycle is Lifecycle.TERMINATING:
                 await self._finish_terminated()
         finally:
-            self._close()
+            if self.lifecycle is Lifecycle.COMPLETED and not self._aborted:
+                self._has_task = False
+            else:
+                self._close()
 
     async def _run_javascript(self) -> None:
-        """Hand the engine's events to the handler until the JavaScript ended (its `Finished`
-        handled), or until a terminated turn is abandoned (rule 9)."""
+        """Take the handling of the engine's events over until the JavaScript ended (its
+        `Finished` handled, perhaps before the task began), or until a terminated turn is
+        abandoned (rule 9)."""
         try:
             await self._js_wait.run(self._handle_now)
         finally:
@@ -440,6 +448,7 @@ class RuntimeCell:
         left to wait for (no pass of the scheduler between its end and its observer)."""
         self._js_running = False
         self._timers.cancel_all()
+        self._js_wait.end()
         if self.lifecycle is not Lifecycle.RUNNING:
             return  # terminating: the cell task finishes the termination
         if finished.outcome is Outcome.INTERRUPTED:
@@ -457,6 +466,8 @@ class RuntimeCell:
             self._calls.cancel_tools("the cell completed")
             if self._calls.idle:
                 self._drained()
+                return
+        self._need_task()  # to wait for the calls in flight (rule 10)
 
     async def _finish_naturally(self) -> None:
         # Notifications in flight are delivered (a termination meanwhile cancels them), then

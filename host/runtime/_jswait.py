@@ -80,7 +80,12 @@ class JavaScriptWait:
                     ABANDON_AFTER,
                 )
         finally:
-            self._over = True  # a window can end only while the JavaScript runs
-            for alarm in (self._window, self._abandon):
-                if alarm is not None:
-                    alarm.cancel()
+            self.end()
+
+    def end(self) -> None:
+        """The JavaScript ended (its `Finished` handled with no task waiting): the deadlines
+        are dropped."""
+        self._over = True  # a window can end only while the JavaScript runs
+        for alarm in (self._window, self._abandon):
+            if alarm is not None:
+                alarm.cancel()

@@ -36,6 +36,9 @@ from collections.abc import Callable, Sequence
 import trio
 
 from codemode import CellLimits, ContentItem, InputText
+from codemode.errors import CodeModeError
+
+from ._phases import Initial
 
 ITEM_OVERHEAD = 64
 """Bytes counted per item beside its text or URL: its framing in a msgpack response."""
@@ -106,6 +109,43 @@ class Observer:
         if self.boundary is None:
             self.boundary = index
         self.wake.set()
+
+
+class InitialObservation:
+    """The observation `execute` attaches, which belongs to its `StartedCell` (rule 5 of
+    `_cell`): awaited once (`take`, then `done`), or given up unawaited (`release`)."""
+
+    __slots__ = ("observer", "state")
+
+    def __init__(self, window_ms: int | None) -> None:
+        self.observer: Observer | None = Observer(window_ms, start_now=False)
+        self.state = Initial.PENDING
+
+    def take(self, cell_id: str) -> Observer:
+        """The observer, for the one await of the initial response."""
+        if self.state is not Initial.PENDING or self.observer is None:
+            raise CodeModeError(
+                f"the initial response of exec cell {cell_id} was already taken or released"
+            )
+        self.state = Initial.AWAITED
+        return self.observer
+
+    def done(self) -> None:
+        self.state = Initial.DONE
+        self.observer = None
+
+    def cancel(self) -> None:
+        """It ends without a response: its await raises `ObservationCancelledError` (rule 7)."""
+        if self.observer is not None:
+            self.observer.cancel()
+
+    def release(self) -> Observer | None:
+        """Given up unawaited: the observer to detach (None: it was taken or is done)."""
+        if self.state is not Initial.PENDING:
+            return None
+        observer = self.observer
+        self.done()
+        return observer
 
 
 class Preemption:

@@ -1,5 +1,5 @@
 """The output a cell printed (its engine's output events, as content items) and no observation
-took yet.
+took yet, and the responses that carry it away.
 
 Rules:
 1. Items leave in order, and only whole: an observation takes the first items that fit its
@@ -14,7 +14,15 @@ from __future__ import annotations
 
 from codemode_host.engine import EngineCell, ImageOutput, TextOutput
 
-from codemode import ContentItem, ImageDetail, InputImage, InputText
+from codemode import (
+    Completed,
+    ContentItem,
+    ImageDetail,
+    InputImage,
+    InputText,
+    Pending,
+    Yielded,
+)
 from codemode.errors import FrameLimitError
 
 from ._observer import fitting, item_bytes
@@ -81,6 +89,22 @@ class CellOutput:
         items, self._items = self._items, []
         self._taken(items)
         return items
+
+    def yielded(self, count: int) -> Yielded:
+        """A `Yielded` of the first of `count` items that fit the budget (as `take`)."""
+        return Yielded(cell_id=self._cell_id, content_items=self.take(count))
+
+    def pending(self, items: list[ContentItem], tool_call_ids: list[str]) -> Pending:
+        """A frontier observer's `Pending` of `items` (taken already)."""
+        return Pending(
+            cell_id=self._cell_id, content_items=items, pending_tool_call_ids=tool_call_ids
+        )
+
+    def completed(self, error_text: str | None) -> Completed:
+        """The completion, with every item (`take_all`)."""
+        return Completed(
+            cell_id=self._cell_id, content_items=self.take_all(), error_text=error_text
+        )
 
     def _taken(self, items: list[ContentItem]) -> None:
         if items:

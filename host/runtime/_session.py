@@ -94,6 +94,7 @@ class RuntimeSession:
         self._cells: dict[str, RuntimeCell] = {}
         self._dropped: collections.deque[Callable[[], None]] = collections.deque()
         self._stored: dict[str, bytes] = {}
+        self._watch_scope: trio.CancelScope | None = None
 
     @property
     def is_alive(self) -> bool:
@@ -210,8 +211,22 @@ class RuntimeSession:
             alarms=self._engine.alarms,
         )
         self._cells[cell_id] = cell
-        self._nursery.start_soon(cell.run)
+        if self._watch_scope is None:
+            # Made here, not in the task: a shutdown before the task's first step cancels it.
+            self._watch_scope = trio.CancelScope()
+            self._nursery.start_soon(self._watch_cells, self._watch_scope)
+        cell.start(self._nursery.start_soon)
         return cell
+
+    async def _watch_cells(self, scope: trio.CancelScope) -> None:
+        """Closes the cells without a task of their own when the session's nursery is
+        cancelled (an abort: no shutdown came first); ends with the shutdown."""
+        with scope:
+            try:
+                await trio.sleep_forever()
+            finally:
+                for cell in list(self._cells.values()):
+                    cell.abort()
 
     async def wait(
         self, request: WaitRequest, *, preemption: Preemption | None = None
@@ -314,6 +329,8 @@ class RuntimeSession:
             cell.begin_shutdown()
         for cell in cells:
             await cell.closed.wait()
+        if self._watch_scope is not None:
+            self._watch_scope.cancel()
         if self._own_workers:
             self._workers.close()
 

@@ -1,0 +1,113 @@
+"""Which cells have a task of their own (rule 10 of `runtime/_cell.py`): none while the
+JavaScript runs or waits, none for a completion nobody collected; one for a drain and one for a
+termination. And the session's watcher of task-less cells, which a shutdown ends."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+from codemode_host.engine import Engine
+from codemode_host.runtime import RuntimeSession
+from codemode_host.runtime._cell import RuntimeCell
+from codemode_host.runtime._phases import Lifecycle
+
+from codemode import CellLimits, Completed, InputText, LiveCell, Terminated
+from tests.delegates import RecordingDelegate
+from tests.test_pending_frontier import holding, request
+
+WAITING = "await new Promise(() => {});"
+
+
+async def until_completed(cell: RuntimeCell) -> None:
+    # The engine reports on its own thread: poll the cell's state, a pass at a time.
+    while cell.lifecycle is not Lifecycle.COMPLETED:
+        await trio.lowlevel.checkpoint()
+
+
+async def test_waiting_and_calling_cells_have_no_task_of_their_own(engine: Engine) -> None:
+    delegate = holding()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            runtime = RuntimeSession(engine, nursery, CellLimits())
+            sources = [WAITING] * 10 + ['await tools.echo({}); text("answered")']
+            cells = [runtime.start(request(source), delegate) for source in sources]
+            for cell in cells:
+                cell.release_initial_observer()
+            await delegate.until(lambda: len(delegate.invocations) == 1)
+            await trio.testing.wait_all_tasks_blocked()
+            # The session's watcher and the worker running the tool call: nothing per cell.
+            assert len(nursery.child_tasks) == 2
+            assert not any(cell._has_task for cell in cells)
+            delegate.release.set()
+            await until_completed(cells[-1])
+            assert not cells[-1]._has_task
+            await runtime.shutdown()
+    assert sorted(delegate.closed, key=int) == [str(n) for n in range(1, 12)]
+    assert delegate.cancelled_tools == []
+
+
+async def test_a_terminate_closes_a_completed_cell_without_a_task(engine: Engine) -> None:
+    delegate = RecordingDelegate()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            runtime = RuntimeSession(engine, nursery, CellLimits())
+            cell = runtime.start(request('text("done")'), delegate)
+            cell.release_initial_observer()
+            await until_completed(cell)
+            outcome = await runtime.terminate(cell.cell_id)
+            assert delegate.closed == ["1"]
+            assert runtime.cell(cell.cell_id) is None
+            assert not cell._has_task
+            await runtime.shutdown()
+    assert outcome == LiveCell(
+        response=Completed(cell_id="1", content_items=[InputText(text="done")])
+    )
+
+
+async def test_a_termination_gives_the_cell_a_task_that_ends_with_it(engine: Engine) -> None:
+    delegate = RecordingDelegate()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            runtime = RuntimeSession(engine, nursery, CellLimits())
+            cell = runtime.start(request('text("one"); ' + WAITING), delegate)
+            cell.release_initial_observer()
+            await trio.testing.wait_all_tasks_blocked()
+            outcome = await runtime.terminate(cell.cell_id)
+            assert cell._has_task
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(nursery.child_tasks) == 1  # the watcher: the cell's task has ended
+            await runtime.shutdown()
+    assert isinstance(outcome, LiveCell)
+    assert isinstance(outcome.response, Terminated)
+    assert delegate.closed == ["1"]
+
+
+async def test_a_cell_draining_a_notification_gets_a_task_and_completes_after_it(
+    engine: Engine,
+) -> None:
+    delegate = RecordingDelegate()
+    delegate.hold_notifications = True
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            runtime = RuntimeSession(engine, nursery, CellLimits())
+            cell = runtime.start(request('notify("held"); text("done")'), delegate)
+            await delegate.until(lambda: len(delegate.notifications) == 1)
+            while cell.lifecycle is Lifecycle.RUNNING:
+                await trio.lowlevel.checkpoint()
+            assert cell.lifecycle is Lifecycle.DRAINING
+            assert cell._has_task
+            delegate.release.set()
+            response = await cell.initial_response()
+            await runtime.shutdown()
+    assert response == Completed(cell_id="1", content_items=[InputText(text="done")])
+    assert delegate.closed == ["1"]
+
+
+async def test_a_shutdown_before_the_watchers_first_step_ends_it(engine: Engine) -> None:
+    delegate = RecordingDelegate()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            runtime = RuntimeSession(engine, nursery, CellLimits())
+            runtime.start(request('text("soon")'), delegate).release_initial_observer()
+            await runtime.shutdown()  # the watcher has not run yet: the nursery still ends
+    assert delegate.closed == ["1"]
