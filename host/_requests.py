@@ -19,6 +19,7 @@ pending reverse calls); requests in flight are bounded by the connection itself.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -308,9 +309,9 @@ class Requests:
 
     def _start_execute(self, request_id: int, request: Execute, operation: _Cancellable) -> None:
         """Admit and start an execute's cell in the reader's step, and answer
-        `ExecutionStarted`; its initial observation is a task. The cell's task and the
-        observation then take their first steps in the same pass of the scheduler (a task
-        spawned by a request task took a pass of its own)."""
+        `ExecutionStarted`; its initial observation is a task, started when something first
+        wakes the observation (rule 8 of `runtime/_observer.py`): a step before that would
+        only find nothing to answer."""
         started = time.perf_counter()
         session_id = request.session_id
         try:
@@ -325,9 +326,13 @@ class Requests:
             self._active.pop(request_id, None)
             self._respond(request_id, _failed(error, "execute", request_id))
             return
-        operation.end_observation = cell.cancel_initial_response
+        operation.end_observation = cell.initial.cancel
         self._respond(request_id, Ok(value=ExecutionStarted(cell_id=cell.cell_id)))
-        self._nursery.start_soon(self._observe_initial, request_id, cell, started)
+        cell.initial.start_when_woken(
+            functools.partial(
+                self._nursery.start_soon, self._observe_initial, request_id, cell, started
+            )
+        )
 
     async def _observe_initial(self, request_id: int, cell: RuntimeCell, started: float) -> None:
         """An execute's initial observation, answered as `operation/initial`."""

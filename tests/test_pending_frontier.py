@@ -427,10 +427,10 @@ async def test_pending_mode_freezes_runtime_commands_until_resume(engine: Engine
             assert cell is not None
             delegate.release.set()
             await trio.testing.wait_all_tasks_blocked()  # the answer is in, and held
-            assert cell.held_commands == 1
+            assert cell._frontier.held == 1
             resumed = await runtime.wait_to_pending("1")
             assert resumed == LiveCell(response=pending(["after"], []))
-            assert cell.held_commands == 0
+            assert cell._frontier.held == 0
             await runtime.shutdown()
 
 

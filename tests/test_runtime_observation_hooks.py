@@ -1,8 +1,10 @@
 """The runtime's observation machinery the host relies on, driven through `RuntimeSession`.
 
 - Rule 7 of `runtime/_observer.py`: the host cancels an execute's initial observation through
-  `RuntimeCell.cancel_initial_response`, without a trio cancel scope; the observation takes no
+  `RuntimeCell.initial.cancel`, without a trio cancel scope; the observation takes no
   output, and the next observer gets it.
+- Rule 8 of `runtime/_observer.py`: the host starts an initial observation's task at its
+  first wake; every way an observation ends wakes it, and output or a tool call do not.
 - Rule 9 of `runtime/_cell.py`: the observer's window end is an alarm of the engine; a window
   that ends while the JavaScript runs yields, and an alarm left by an observer that ended early
   only wakes the next observer, which goes on waiting.
@@ -15,8 +17,17 @@ import trio
 import trio.testing
 from codemode_host.engine import Engine
 from codemode_host.runtime import ObservationCancelledError, RuntimeSession
+from codemode_host.runtime._cell import RuntimeCell
 
-from codemode import CellLimits, Completed, InputText, LiveCell, WaitRequest, Yielded
+from codemode import (
+    CellLimits,
+    Completed,
+    InputText,
+    LiveCell,
+    Terminated,
+    WaitRequest,
+    Yielded,
+)
 from tests.delegates import RecordingDelegate
 from tests.sessions import LONG_MS, texts
 from tests.test_pending_frontier import holding, request
@@ -40,7 +51,7 @@ async def test_a_cancelled_initial_observation_takes_no_output(engine: Engine) -
             # The observer sleeps with "before" buffered, the cell waiting for its tool.
             await delegate.until(lambda: len(delegate.invocations) == 1)
             await trio.testing.wait_all_tasks_blocked()
-            cell.cancel_initial_response()
+            cell.initial.cancel()
             await cancelled.wait()
             delegate.release.set()
             outcome = await runtime.wait(WaitRequest(cell_id="1", yield_time_ms=LONG_MS))
@@ -60,7 +71,7 @@ async def test_an_initial_observation_cancelled_before_it_is_awaited_leaves_the_
         runtime = RuntimeSession(engine, nursery, CellLimits())
         with trio.fail_after(10):
             cell = runtime.start(request('text("done")'), delegate)
-            cell.cancel_initial_response()
+            cell.initial.cancel()
             with pytest.raises(ObservationCancelledError):
                 await cell.initial_response()
             outcome = await runtime.wait(WaitRequest(cell_id="1", yield_time_ms=LONG_MS))
@@ -109,3 +120,80 @@ async def test_a_window_ends_while_the_javascript_waits_and_a_stale_one_does_not
     assert isinstance(last, LiveCell)
     assert isinstance(last.response, Completed)
     assert texts(last.response) == ["b"]
+
+
+class WhenWoken:
+    """Starts a cell's initial observation the way the host does: at its first wake (rule 8
+    of `runtime/_observer.py`), recording what the observation answers."""
+
+    def __init__(self, nursery: trio.Nursery, cell: RuntimeCell) -> None:
+        self.starts = 0
+        self.answers: list[object] = []
+        self.answered = trio.Event()
+        self._nursery = nursery
+        self._cell = cell
+        cell.initial.start_when_woken(self._start)
+
+    def _start(self) -> None:
+        self.starts += 1
+        self._nursery.start_soon(self._observe)
+
+    async def _observe(self) -> None:
+        try:
+            self.answers.append(await self._cell.initial_response())
+        except ObservationCancelledError:
+            self.answers.append("cancelled")
+        self.answered.set()
+
+
+async def test_an_initial_observation_started_at_its_first_wake_takes_the_completion(
+    engine: Engine,
+) -> None:
+    delegate = holding()
+    source = 'text("before"); await tools.echo({}); text("after")'
+    async with trio.open_nursery() as nursery:
+        runtime = RuntimeSession(engine, nursery, CellLimits())
+        with trio.fail_after(10):
+            cell = runtime.start(request(source), delegate)
+            observation = WhenWoken(nursery, cell)
+            await delegate.until(lambda: len(delegate.invocations) == 1)
+            await trio.testing.wait_all_tasks_blocked()
+            assert observation.starts == 0  # output and a tool call wake no one
+            delegate.release.set()
+            await observation.answered.wait()
+            await runtime.shutdown()
+    assert observation.answers == [
+        Completed(cell_id="1", content_items=[InputText(text="before"), InputText(text="after")])
+    ]
+    assert observation.starts == 1
+
+
+@pytest.mark.parametrize("ending", ["window", "cancel", "terminate", "shutdown"])
+async def test_an_initial_observation_started_at_its_first_wake_answers_every_ending(
+    engine: Engine, ending: str
+) -> None:
+    delegate = RecordingDelegate()
+    window_ms = 20 if ending == "window" else LONG_MS
+    async with trio.open_nursery() as nursery:
+        runtime = RuntimeSession(engine, nursery, CellLimits())
+        with trio.fail_after(10):
+            source = 'text("waiting"); await new Promise(() => {})'
+            cell = runtime.start(request(source, yield_time_ms=window_ms), delegate)
+            observation = WhenWoken(nursery, cell)
+            if ending == "cancel":
+                cell.initial.cancel()
+            elif ending == "terminate":
+                nursery.start_soon(runtime.terminate, "1")
+            elif ending == "shutdown":
+                nursery.start_soon(runtime.shutdown)
+            await observation.answered.wait()
+            await runtime.shutdown()
+    answer = observation.answers[0]
+    assert observation.starts == 1
+    if ending == "window":
+        assert answer == Yielded(cell_id="1", content_items=[InputText(text="waiting")])
+    elif ending == "cancel":
+        assert answer == "cancelled"
+    else:
+        assert isinstance(answer, Terminated)
+    assert delegate.closed == ["1"]

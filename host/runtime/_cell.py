@@ -150,8 +150,10 @@ class RuntimeCell:
         self._js_running = True
         self._output = CellOutput(cell_id, engine_cell, max_response_bytes)
         self._writes: dict[str, bytes] = {}
-        self._initial = InitialObservation(initial_window_ms)
-        self._observer: Observer | None = self._initial.observer
+        self.initial = InitialObservation(initial_window_ms)
+        """The observation `execute` attached (rule 5): the host starts its task when it is
+        first woken (`start_when_woken`), and cancels it without trio (`cancel`)."""
+        self._observer: Observer | None = self.initial.observer
         self._completion_error: str | None = None
         self._terminated: Terminated | None = None
         self._js_wait = JavaScriptWait(cell_id, engine_cell, alarms)
@@ -179,14 +181,8 @@ class RuntimeCell:
 
     @property
     def closing(self) -> bool:
-        """Its end was taken (claimed, or terminated): it closes next, without waiting for
-        anything (`closed` is set at most a pass of the scheduler later)."""
+        """Its end was taken (claimed, or terminated): `closed` is set within a pass."""
         return self.lifecycle in (Lifecycle.CLAIMED, Lifecycle.TERMINATED)
-
-    @property
-    def held_commands(self) -> int:
-        """Tool answers and timer firings held while the cell is paused at its frontier."""
-        return self._frontier.held
 
     def info(self, now: float) -> CellInfo:
         """What the cell holds, for `RuntimeSession.cells()` (`now`: trio's clock)."""
@@ -234,20 +230,15 @@ class RuntimeCell:
     async def initial_response(self) -> RuntimeResponse | Pending:
         """The observation `execute` attached, awaited once by `StartedCell.initial_response`
         (rule 5)."""
-        observer = self._initial.take(self.cell_id)
+        observer = self.initial.take(self.cell_id)
         try:
             return await self.observe(observer)
         finally:
-            self._initial.done()
-
-    def cancel_initial_response(self) -> None:
-        """The initial observation ends without a response: its `initial_response()` raises
-        `ObservationCancelledError`, now or when awaited (rule 7 of `_observer`)."""
-        self._initial.cancel()
+            self.initial.done()
 
     def release_initial_observer(self) -> None:
         """The `StartedCell` gave its initial observation up unawaited: `wait`s may observe."""
-        observer = self._initial.release()
+        observer = self.initial.release()
         if observer is not None:
             self._detach(observer)
 
@@ -297,9 +288,7 @@ class RuntimeCell:
         if self.lifecycle is Lifecycle.COMPLETED:
             completion = self._take_completion(self._budget)
             if isinstance(completion, Completed):
-                # Delivered: the cell closes now (reference-runtime 5.4, step 6), as its task
-                # would a pass of the scheduler later.
-                self._close()
+                self._close()  # delivered: it closes now (reference-runtime 5.4, step 6)
             elif observer.frontier:
                 # Past the budget: the rest and the completion follow, and a frontier
                 # observer never yields.
@@ -324,7 +313,7 @@ class RuntimeCell:
 
     def _wake_observer(self) -> None:
         if self._observer is not None:
-            self._observer.wake.set()
+            self._observer.notify()
 
     # ---- termination -----------------------------------------------------------------------
 
@@ -424,7 +413,7 @@ class RuntimeCell:
             case Idle(cpu_us=cpu_us):
                 self._cpu_time_ms = cpu_us / 1000
                 if self._frontier.reached(event) and observer is not None:
-                    observer.wake.set()
+                    observer.notify()
             case TimerStarted(timer_id=timer_id, delay_ms=delay_ms):
                 self._timers.start(timer_id, delay_ms, self._fire_timer)
             case TimerCleared(timer_id=timer_id):

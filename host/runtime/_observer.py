@@ -27,6 +27,10 @@ Rules:
    execute): its task raises `ObservationCancelledError` when it next wakes, before it takes
    anything, as a cancelled task would at its checkpoint. The host's request needs no cancel
    scope around the wait.
+8. An observation's task may begin at its first wake (`on_wake`; the host's initial
+   observations do): until something wakes it (an event of the cell that ends it, its
+   window's end, a cancellation, a termination, the cell's close), a step of its task would
+   only find nothing to answer and sleep. A waiting cell's host keeps no task for it.
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ class Observer:
         boundary: set when it must yield with the first `boundary` buffered items.
     """
 
-    __slots__ = ("boundary", "cancelled", "deadline", "wake", "window_ms")
+    __slots__ = ("boundary", "cancelled", "deadline", "on_wake", "wake", "window_ms")
 
     def __init__(self, window_ms: int | None, *, start_now: bool) -> None:
         self.window_ms = window_ms
@@ -79,6 +83,7 @@ class Observer:
         self.boundary: int | None = None
         self.cancelled = False
         self.wake = trio.Event()
+        self.on_wake: Callable[[], None] | None = None
         if start_now:
             self.start_window(trio.current_time())
 
@@ -92,14 +97,23 @@ class Observer:
             self.deadline = now + self.window_ms / 1000
 
     async def sleep(self) -> None:
-        """Until `wake` is set (also at the end of the window, by the cell: rule 6)."""
+        """Until `notify()` (also at the end of the window, by the cell: rule 6)."""
         self.wake = trio.Event()
         await self.wake.wait()
+
+    def notify(self) -> None:
+        """Wake the observation's task, or start it: `on_wake`, if set, is called once, at the
+        first wake (rule 8)."""
+        self.wake.set()
+        on_wake = self.on_wake
+        if on_wake is not None:
+            self.on_wake = None
+            on_wake()
 
     def cancel(self) -> None:
         """End the observation without a response (rule 7)."""
         self.cancelled = True
-        self.wake.set()
+        self.notify()
 
     def expired(self, now: float) -> bool:
         return self.deadline is not None and now >= self.deadline
@@ -108,7 +122,7 @@ class Observer:
         """Yield with the output buffered so far (the first mark wins)."""
         if self.boundary is None:
             self.boundary = index
-        self.wake.set()
+        self.notify()
 
 
 class InitialObservation:
@@ -130,12 +144,19 @@ class InitialObservation:
         self.state = Initial.AWAITED
         return self.observer
 
+    def start_when_woken(self, start: Callable[[], None]) -> None:
+        """`start()` at the observation's first wake (rule 8), before anyone took it."""
+        assert self.observer is not None
+        assert self.state is Initial.PENDING
+        self.observer.on_wake = start
+
     def done(self) -> None:
         self.state = Initial.DONE
         self.observer = None
 
     def cancel(self) -> None:
-        """It ends without a response: its await raises `ObservationCancelledError` (rule 7)."""
+        """It ends without a response: its await of `initial_response()` raises
+        `ObservationCancelledError`, now or when awaited (rule 7)."""
         if self.observer is not None:
             self.observer.cancel()
 
