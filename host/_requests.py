@@ -1,11 +1,14 @@
 """The host's requests and reverse calls: each operation the client asked for, run on the runtime.
 
 Every request runs as its own task in the host's work nursery, but an execute's cell is admitted
-and started as its frame is read (only its initial observation is a task). A wait (either kind)
-runs inside a cancel scope that `operation/cancel` cancels; an execute's cancel ends its initial
-observation through the runtime's hook instead, and answers `code-mode request cancelled` (the
-client terminates a cell it no longer wants). Terminate and shutdown are not cancellable.
-`operation/yield` preempts the cell an execute or a wait observes.
+and started as its frame is read, and its initial observation has no task until something
+wakes it; when the cell's own events do (its completion, a `yield_control()`), the response is
+taken and sent in the engine collector's step, after the batch of events, with no task at all.
+A wait (either kind) runs inside a cancel scope that `operation/cancel` cancels (`_operation`);
+an execute's cancel ends its initial observation through the runtime's hook instead, and
+answers `code-mode request cancelled` (the client terminates a cell it no longer wants).
+Terminate and shutdown are not cancellable. `operation/yield` preempts the cell an execute or a
+wait observes.
 
 Reverse calls: a cell's tool call or notification becomes a `delegate/request` through the
 connection; when the cell cancels it, the connection sends `delegate/cancel`. A notification is
@@ -23,11 +26,11 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from types import TracebackType
 from typing import TypeVar
 
 import msgspec
 import trio
+from codemode_host._operation import Operation
 from codemode_host.engine import Engine
 from codemode_host.runtime import (
     Admission,
@@ -121,63 +124,6 @@ def _timed_outcome(outcome: WaitOutcome, started: float) -> WaitOutcome:
     return msgspec.structs.replace(outcome, response=_timed(outcome.response, started))
 
 
-class _Cancellable:
-    """An operation `operation/cancel` may target: a wait's scope (at once if the wait has not
-    entered it yet), or an execute's initial observation, through the runtime's hook (rule 7 of
-    its `_observer`), which costs no cancel scope."""
-
-    __slots__ = ("_scope", "cancelled", "end_observation", "observed", "preemption")
-
-    def __init__(self) -> None:
-        self.cancelled = False
-        self._scope: trio.CancelScope | None = None
-        self.end_observation: Callable[[], None] | None = None
-        """Cancels an execute's initial observation, once its cell was admitted."""
-        self.observed: tuple[str, str] | None = None
-        """The session and cell an execute observes, once admitted (`operation/yield`)."""
-        self.preemption: Preemption | None = None
-        """A wait's `operation/yield`, also when it comes before the wait attached."""
-
-    def cancel(self) -> None:
-        self.cancelled = True
-        if self._scope is not None:
-            self._scope.cancel()
-        if self.end_observation is not None:
-            self.end_observation()
-
-    def scope(self) -> _OperationScope:
-        """A cancel scope `cancel()` reaches while the block runs (cancelled at once if the
-        operation already was)."""
-        return _OperationScope(self)
-
-
-class _OperationScope:
-    """`_Cancellable.scope()`: a class, not a generator context manager, because every wait
-    enters one (the generator's machinery showed in profiles)."""
-
-    __slots__ = ("_operation", "_scope")
-
-    def __init__(self, operation: _Cancellable) -> None:
-        self._operation = operation
-        self._scope = trio.CancelScope()
-
-    def __enter__(self) -> trio.CancelScope:
-        scope = self._scope.__enter__()
-        if self._operation.cancelled:
-            scope.cancel()
-        self._operation._scope = scope
-        return scope
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> bool:
-        self._operation._scope = None
-        return self._scope.__exit__(exc_type, exc, traceback)
-
-
 class Requests:
     """The host's live state for one client: runtime sessions, active requests, reverse calls.
 
@@ -206,7 +152,7 @@ class Requests:
         engine.on_release(self._workers.dismiss_parked)  # rule 5 of `CallWorkers`
         self._flush = flush
         self._sessions: dict[str, RuntimeSession] = {}
-        self._active: dict[int, _Cancellable] = {}
+        self._active: dict[int, Operation] = {}
         self._calls: dict[int, OneShot[DelegateResult]] = {}
         self._forwards: dict[int, Callable[[DelegateResult], None]] = {}
         self._disconnected = False
@@ -215,7 +161,7 @@ class Requests:
 
     def start(self, request_id: int, request: HostRequest) -> None:
         """Run a request the connection accepted, as a task (an execute's cell starts now)."""
-        operation = _Cancellable()
+        operation = Operation()
         if isinstance(request, Execute | Wait | WaitToPending):
             self._active[request_id] = operation
         if isinstance(request, Execute):
@@ -255,7 +201,7 @@ class Requests:
         self._connection.respond(request_id, result)
         self._flush()
 
-    async def _run(self, request_id: int, request: HostRequest, operation: _Cancellable) -> None:
+    async def _run(self, request_id: int, request: HostRequest, operation: Operation) -> None:
         started = time.perf_counter()
         try:
             match request:
@@ -307,7 +253,7 @@ class Requests:
         )
         return Ok(value=SessionReady(session_id=request.session_id))
 
-    def _start_execute(self, request_id: int, request: Execute, operation: _Cancellable) -> None:
+    def _start_execute(self, request_id: int, request: Execute, operation: Operation) -> None:
         """Admit and start an execute's cell in the reader's step, and answer
         `ExecutionStarted`; its initial observation is a task, started when something first
         wakes the observation (rule 8 of `runtime/_observer.py`): a step before that would
@@ -329,27 +275,66 @@ class Requests:
         operation.end_observation = cell.initial.cancel
         self._respond(request_id, Ok(value=ExecutionStarted(cell_id=cell.cell_id)))
         cell.initial.start_when_woken(
-            functools.partial(
-                self._nursery.start_soon, self._observe_initial, request_id, cell, started
-            )
+            functools.partial(self._initial_woken, request_id, cell, started)
         )
+
+    def _initial_woken(self, request_id: int, cell: RuntimeCell, started: float) -> None:
+        """The initial observation's first wake. In the engine's collector (the cell's own
+        events woke it), its response is taken after the batch, without a task, if it has
+        one by then (`_answer_initial_now`); anywhere else a task awaits it."""
+        answer = functools.partial(self._answer_initial_now, request_id, cell, started)
+        if not self._engine.call_after_dispatch(answer):
+            self._nursery.start_soon(self._observe_initial, request_id, cell, started)
+
+    def _answer_initial_now(self, request_id: int, cell: RuntimeCell, started: float) -> None:
+        initial: Ok[RuntimeResponse | Pending] | Err
+        try:
+            response = cell.initial_response_now()
+        except ObservationCancelledError:
+            initial = CANCELLED
+        except Exception as error:
+            initial = _failed(error, "execute", request_id)
+        else:
+            if response is None:  # a window that has not ended, a frontier: a task waits
+                self._nursery.start_soon(self._observe_initial, request_id, cell, started)
+                return
+            initial = Ok(value=_timed(response, started))
+        if cell.closing and not cell.closed.is_set():
+            self._nursery.start_soon(self._answer_initial_at_close, request_id, cell, initial)
+        else:
+            self._answer_initial(request_id, initial)
 
     async def _observe_initial(self, request_id: int, cell: RuntimeCell, started: float) -> None:
         """An execute's initial observation, answered as `operation/initial`."""
         initial: Ok[RuntimeResponse | Pending] | Err = CANCELLED
         try:
-            try:
-                initial = Ok(value=_timed(await cell.initial_response(), started))
-            except ObservationCancelledError:
-                pass
-            except Exception as error:
-                initial = _failed(error, "execute", request_id)
-            if cell.closing:
-                # Its `cell/closed` follows in a moment: answer then, and both frames leave in
-                # one write (one wake-up of the client instead of two).
-                await cell.closed.wait()
-        finally:
+            initial = Ok(value=_timed(await cell.initial_response(), started))
+        except ObservationCancelledError:
+            pass
+        except Exception as error:
+            initial = _failed(error, "execute", request_id)
+        except BaseException:  # cancelled: the connection is going away, nobody is answered
             self._active.pop(request_id, None)
+            raise
+        await self._answer_initial_at_close(request_id, cell, initial)
+
+    async def _answer_initial_at_close(
+        self, request_id: int, cell: RuntimeCell, initial: Ok[RuntimeResponse | Pending] | Err
+    ) -> None:
+        if cell.closing:
+            # Its `cell/closed` follows in a moment: answer then, and both frames leave in one
+            # write (one wake-up of the client instead of two).
+            try:
+                await cell.closed.wait()
+            except BaseException:
+                self._active.pop(request_id, None)
+                raise
+        self._answer_initial(request_id, initial)
+
+    def _answer_initial(
+        self, request_id: int, initial: Ok[RuntimeResponse | Pending] | Err
+    ) -> None:
+        self._active.pop(request_id, None)
         self._connection.respond_initial(request_id, initial)
         self._flush()
 

@@ -918,3 +918,46 @@ async def test_a_handler_failing_with_no_task_calls_failed_and_the_task_raises()
                     await cell.handle_until_finished(broken)
             run = await run_cell(engine, 'text("still served")')
     assert run.texts == ["still served"]
+
+
+async def test_call_after_dispatch_runs_after_the_batch_in_the_collectors_step() -> None:
+    async with open_engine() as engine:
+        with trio.fail_after(30):
+            assert not engine.call_after_dispatch(lambda: None)  # not in the collector
+            seen: list[CellEvent] = []
+            after: list[int] = []
+            done = trio.Event()
+
+            def handle(event: CellEvent) -> None:
+                seen.append(event)
+                if isinstance(event, Started):
+                    assert engine.call_after_dispatch(lambda: after.append(len(seen)))
+                if isinstance(event, Finished):
+                    done.set()
+
+            with engine.start_cell('text("one")') as cell:
+                cell.handle_events(handle, failed=lambda: None)
+                await done.wait()
+    assert len(after) == 1
+    assert after[0] >= 1  # the Started and whatever came in its batch, all handed out first
+
+
+async def test_what_a_function_run_after_dispatch_raises_is_logged_and_the_engine_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with open_engine() as engine:
+        with trio.fail_after(30):
+
+            def broken() -> None:
+                raise LookupError("after the batch")
+
+            def handle(event: CellEvent) -> None:
+                if isinstance(event, Started):
+                    engine.call_after_dispatch(broken)
+
+            with engine.start_cell('text("one")') as cell:
+                cell.handle_events(handle, failed=lambda: None)
+                while "after the batch" not in caplog.text:
+                    await trio.lowlevel.checkpoint()
+            run = await run_cell(engine, 'text("still served")')
+    assert run.texts == ["still served"]

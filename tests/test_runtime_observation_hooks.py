@@ -5,6 +5,7 @@
   output, and the next observer gets it.
 - Rule 8 of `runtime/_observer.py`: the host starts an initial observation's task at its
   first wake; every way an observation ends wakes it, and output or a tool call do not.
+- `RuntimeCell.initial_response_now`: the host takes a ready initial response without a task.
 - Rule 9 of `runtime/_cell.py`: the observer's window end is an alarm of the engine; a window
   that ends while the JavaScript runs yields, and an alarm left by an observer that ended early
   only wakes the next observer, which goes on waiting.
@@ -18,6 +19,7 @@ import trio.testing
 from codemode_host.engine import Engine
 from codemode_host.runtime import ObservationCancelledError, RuntimeSession
 from codemode_host.runtime._cell import RuntimeCell
+from codemode_host.runtime._phases import Lifecycle
 
 from codemode import (
     CellLimits,
@@ -197,3 +199,62 @@ async def test_an_initial_observation_started_at_its_first_wake_answers_every_en
     else:
         assert isinstance(answer, Terminated)
     assert delegate.closed == ["1"]
+
+
+async def test_initial_response_now_takes_a_ready_completion_and_closes_the_cell(
+    engine: Engine,
+) -> None:
+    # The host takes an initial response this way after the batch of events that woke it.
+    delegate = holding()
+    source = 'text("before"); await tools.echo({}); text("after")'
+    async with trio.open_nursery() as nursery:
+        runtime = RuntimeSession(engine, nursery, CellLimits())
+        with trio.fail_after(10):
+            cell = runtime.start(request(source), delegate)
+            await delegate.until(lambda: len(delegate.invocations) == 1)
+            assert cell.initial_response_now() is None  # running: nothing to answer yet
+            delegate.release.set()
+            while cell.lifecycle is not Lifecycle.COMPLETED:
+                await trio.lowlevel.checkpoint()
+            response = cell.initial_response_now()
+            assert delegate.closed == ["1"]  # delivered: closed at once
+            assert cell.initial_response_now() is None  # taken
+            await runtime.shutdown()
+    assert response == Completed(
+        cell_id="1", content_items=[InputText(text="before"), InputText(text="after")]
+    )
+
+
+async def test_initial_response_now_of_a_cancelled_observation_raises_and_ends_it(
+    engine: Engine,
+) -> None:
+    delegate = RecordingDelegate()
+    async with trio.open_nursery() as nursery:
+        runtime = RuntimeSession(engine, nursery, CellLimits())
+        with trio.fail_after(10):
+            cell = runtime.start(request('text("done")'), delegate)
+            cell.initial.cancel()
+            with pytest.raises(ObservationCancelledError):
+                cell.initial_response_now()
+            # Ended: a wait may observe the cell, and gets everything.
+            outcome = await runtime.wait(WaitRequest(cell_id="1", yield_time_ms=LONG_MS))
+            await runtime.shutdown()
+    assert outcome == LiveCell(
+        response=Completed(cell_id="1", content_items=[InputText(text="done")])
+    )
+
+
+async def test_initial_response_now_leaves_a_frontier_observation_to_its_await(
+    engine: Engine,
+) -> None:
+    delegate = RecordingDelegate()
+    async with trio.open_nursery() as nursery:
+        runtime = RuntimeSession(engine, nursery, CellLimits())
+        with trio.fail_after(10):
+            cell = runtime.start_to_pending(request('text("done")'), delegate)
+            while cell.lifecycle is not Lifecycle.COMPLETED:
+                await trio.lowlevel.checkpoint()
+            assert cell.initial_response_now() is None
+            response = await cell.initial_response()
+            await runtime.shutdown()
+    assert response == Completed(cell_id="1", content_items=[InputText(text="done")])

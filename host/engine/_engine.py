@@ -37,6 +37,7 @@ of cycles that pinned pymalloc arenas until the next collection.
 from __future__ import annotations
 
 import gc
+import logging
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -51,6 +52,8 @@ from codemode._trio import Alarms, open_service_nursery
 
 from .. import _quickjs
 from ._events import CellEvent, Finished, decode_event
+
+logger = logging.getLogger("codemode.engine")
 
 EngineClosedError = _quickjs.EngineClosedError
 MAX_STACK_LIMIT = _quickjs.MAX_STACK_LIMIT
@@ -276,6 +279,8 @@ class Engine:
         self._closed_since_release = 0
         self._release_due = trio.Event()
         self._before_release: list[Callable[[], None]] = []
+        self._dispatching = False
+        self._after_dispatch: list[Callable[[], None]] = []
         self.alarms = Alarms()
         """The deadlines of the cells' users, run in the engine's own task (rule 1 of
         `codemode._trio.Alarms`: a function that does not block)."""
@@ -317,6 +322,14 @@ class Engine:
         it lets go of, and what the tasks it wakes leave behind when they end, is collected
         with the rest. It must not block nor raise."""
         self._before_release.append(drop)
+
+    def call_after_dispatch(self, fn: Callable[[], None]) -> bool:
+        """While the collector hands a batch of events to the cells' handlers: `fn()` runs once
+        the whole batch is handed out, in the same step (True). Anywhere else nothing is
+        scheduled (False). What `fn` raises is logged: the collector serves every cell."""
+        if self._dispatching:
+            self._after_dispatch.append(fn)
+        return self._dispatching
 
     async def wait_trimmed(self, after: int, seconds: float = 10.0) -> int:
         """Wait until more than `after` trims happened (or `seconds` passed); the trims so
@@ -418,10 +431,21 @@ class Engine:
 
     def _dispatch(self, raw_events: list[_quickjs.RawEvent]) -> None:
         cells = self._cells
-        for key, kind, n1, n2, a, b in raw_events:
-            cell = cells.get(key)
-            if cell is not None:
-                cell._deliver(decode_event(kind, n1, n2, a, b))
+        self._dispatching = True
+        try:
+            for key, kind, n1, n2, a, b in raw_events:
+                cell = cells.get(key)
+                if cell is not None:
+                    cell._deliver(decode_event(kind, n1, n2, a, b))
+        finally:
+            self._dispatching = False
+        if self._after_dispatch:
+            after, self._after_dispatch = self._after_dispatch, []
+            for fn in after:
+                try:
+                    fn()
+                except Exception:
+                    logger.exception("a function run after the engine's events raised")
 
     async def _collect(self) -> NoReturn:
         fd = self._native.fileno()

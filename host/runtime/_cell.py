@@ -15,11 +15,10 @@ Rules (reference-runtime section 5):
    included), never after termination or shutdown.
 3. A completion nobody observes stays buffered: the next `wait` gets it at once, and a
    `terminate` claims it instead of terminating.
-4. `cell_closed` runs exactly once, last, after the cell left the session's registry. An
-   observer that takes the completion closes the cell itself, before it returns (reference-
-   runtime 5.4, step 6); so do a terminate that claims it (after a pass of the scheduler) and a
-   shutdown that claims it. The cell task, when the cell has one, closes it in every other
-   case; the session's watcher closes a cell without a task on an abort (rule 10).
+4. `cell_closed` runs exactly once, last, after the cell left the session's registry. Who
+   takes the completion closes the cell: an observer before it returns (reference-runtime 5.4,
+   step 6), a terminate a pass later, a shutdown. Else its task closes it, or on an abort the
+   session's watcher (rule 10).
 5. The initial observation belongs to the `StartedCell`: awaited once, or released (explicitly,
    or when the `StartedCell` is dropped, or when its await is cancelled); after that, `wait`s
    observe the cell and nothing the initial observation did not take is lost.
@@ -166,7 +165,7 @@ class RuntimeCell:
         needs one (rule 10): `spawn(self.run)` then starts it (the session's nursery's
         `start_soon`). A handler that raises gets it a task at once, which raises it."""
         self._spawn = spawn
-        self._engine_cell.handle_events(self._handle_now, self._need_task)
+        self._engine_cell.handle_events(self._handle, self._need_task)
 
     def _need_task(self) -> None:
         if not self._has_task and self._spawn is not None:
@@ -236,6 +235,12 @@ class RuntimeCell:
         finally:
             self.initial.done()
 
+    def initial_response_now(self) -> RuntimeResponse | Pending | None:
+        """The initial observation's response if it has one now, taken without a task (rule 8
+        of `_observer`); None: `initial_response()` must be awaited (a frontier observer's is).
+        Raises as `initial_response()` does, `ObservationCancelledError` included."""
+        return self.initial.take_now(self._answer, self._detach)
+
     def release_initial_observer(self) -> None:
         """The `StartedCell` gave its initial observation up unawaited: `wait`s may observe."""
         observer = self.initial.release()
@@ -255,9 +260,7 @@ class RuntimeCell:
             while True:
                 if observer.frontier and self._frontier.undelivered:
                     await self._calls.all_started()  # rule 4 of `_calls`
-                if observer.cancelled:
-                    raise ObservationCancelledError()
-                response = self._response_for(observer)
+                response = self._answer(observer)
                 if response is not None:
                     return response
                 if self.lifecycle is Lifecycle.RUNNING:
@@ -265,6 +268,11 @@ class RuntimeCell:
                 await observer.sleep()
         finally:
             self._detach(observer)
+
+    def _answer(self, observer: Observer) -> RuntimeResponse | Pending | None:
+        if observer.cancelled:
+            raise ObservationCancelledError()
+        return self._response_for(observer)
 
     def _detach(self, observer: Observer) -> None:
         if self._observer is observer:
@@ -322,8 +330,7 @@ class RuntimeCell:
         if self.lifecycle is Lifecycle.COMPLETED:
             completion = self._take_completion(None)
             assert isinstance(completion, Completed)
-            # The completion is taken; a terminate meanwhile finds the cell claimed (reference-
-            # runtime 5.5), as it would while the cell task closed it.
+            # Taken: a terminate meanwhile finds it claimed (reference-runtime 5.5).
             await trio.lowlevel.cancel_shielded_checkpoint()
             if not self._has_task:
                 self._close()
@@ -337,12 +344,9 @@ class RuntimeCell:
             raise RuntimeEndedError()
         return LiveCell(response=self._terminated)
 
-    def abandon(self) -> None:
-        """The caller that alone knew the cell's id went away: end the cell, unobserved."""
-        self.begin_shutdown(reason="terminated")
-
     def begin_shutdown(self, reason: str = "session shut down") -> None:
-        """Terminate the cell for a session shutdown; a buffered completion is dropped."""
+        """Terminate the cell for a session shutdown, or because the caller that alone knew
+        its id went away (`reason` "terminated"); a buffered completion is dropped."""
         if self.lifecycle in (Lifecycle.RUNNING, Lifecycle.DRAINING):
             self._begin_termination(reason)
         elif self.lifecycle is Lifecycle.COMPLETED:
@@ -384,15 +388,13 @@ class RuntimeCell:
         `Finished` handled, perhaps before the task began), or until a terminated turn is
         abandoned (rule 9)."""
         try:
-            await self._js_wait.run(self._handle_now)
+            await self._js_wait.run(self._handle)
         finally:
             self._js_running = False
             self._timers.cancel_all()
 
-    def _handle_now(self, event: CellEvent) -> None:
-        self._handle(event, trio.current_time())
-
-    def _handle(self, event: CellEvent, now: float) -> None:
+    def _handle(self, event: CellEvent) -> None:
+        now = trio.current_time()
         observer = self._observer
         if observer is not None and observer.boundary is None and observer.expired(now):
             # The window ended before this event: the observation yields without it.

@@ -30,7 +30,9 @@ Rules:
 8. An observation's task may begin at its first wake (`on_wake`; the host's initial
    observations do): until something wakes it (an event of the cell that ends it, its
    window's end, a cancellation, a termination, the cell's close), a step of its task would
-   only find nothing to answer and sleep. A waiting cell's host keeps no task for it.
+   only find nothing to answer and sleep. A waiting cell's host keeps no task for it. Woken by
+   the cell's own events, the host takes the response without any task
+   (`InitialObservation.take_now`, after the engine's batch).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from collections.abc import Callable, Sequence
 
 import trio
 
-from codemode import CellLimits, ContentItem, InputText
+from codemode import CellLimits, ContentItem, InputText, Pending, RuntimeResponse
 from codemode.errors import CodeModeError
 
 from ._phases import Initial
@@ -149,6 +151,28 @@ class InitialObservation:
         assert self.observer is not None
         assert self.state is Initial.PENDING
         self.observer.on_wake = start
+
+    def take_now(
+        self,
+        answer: Callable[[Observer], RuntimeResponse | Pending | None],
+        detach: Callable[[Observer], None],
+    ) -> RuntimeResponse | Pending | None:
+        """What `answer(observer)` gives now, which ends the observation as its await would
+        (then `detach(observer)`); None: it must be awaited (a frontier observer always is).
+        What `answer` raises ends it too."""
+        observer = self.observer
+        if observer is None or observer.frontier or self.state is not Initial.PENDING:
+            return None
+        try:
+            response = answer(observer)
+        except Exception:
+            self.done()
+            detach(observer)
+            raise
+        if response is not None:
+            self.done()
+            detach(observer)
+        return response
 
     def done(self) -> None:
         self.state = Initial.DONE

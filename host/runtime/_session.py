@@ -140,7 +140,7 @@ class RuntimeSession:
         try:
             response = await cell.initial_response()
         except BaseException:
-            cell.abandon()
+            cell.begin_shutdown(reason="terminated")  # its caller never learned its id
             raise
         await trio.lowlevel.cancel_shielded_checkpoint()  # the response is taken: no cancel
         assert not isinstance(response, Yielded), "a frontier observer never yields"
