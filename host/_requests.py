@@ -255,9 +255,9 @@ class Requests:
 
     def _start_execute(self, request_id: int, request: Execute, operation: Operation) -> None:
         """Admit and start an execute's cell in the reader's step, and answer
-        `ExecutionStarted`; its initial observation is a task, started when something first
-        wakes the observation (rule 8 of `runtime/_observer.py`): a step before that would
-        only find nothing to answer."""
+        `ExecutionStarted`; its initial observation is answered when something first wakes
+        it (`_initial_woken`, rule 8 of `runtime/_observer.py`): before that, a task awaiting
+        it would only find nothing to answer."""
         started = time.perf_counter()
         session_id = request.session_id
         try:
