@@ -57,8 +57,9 @@ class RuntimeSession:
 
     Args:
         engine: the engine that runs the cells.
-        nursery: where cell tasks and delegate calls run (the calls by `workers`); it must
-            outlive the session.
+        nursery: where the tasks of cells that need one (rule 10 of `_cell`), the session's
+            watcher of the others and delegate calls (by `workers`) run; it must outlive the
+            session, and cancelling it closes every cell.
         limits: the limits of every cell of the session.
         max_response_bytes: the most output one observation takes (the host gives its frame
             limit); output past it stays in the cell for the next observation.
