@@ -22,7 +22,7 @@ from contextlib import asynccontextmanager
 
 import trio
 from codemode_host.engine import Engine, open_engine
-from codemode_host.runtime import Admission, RuntimeSession, worker_ceiling
+from codemode_host.runtime import Admission, CellWatch, RuntimeSession, worker_ceiling
 
 from ._api import (
     AdmissionLimits,
@@ -166,6 +166,7 @@ class InProcessProvider:
         self._engine = engine
         self._nursery = nursery
         self._workers = CallWorkers(nursery, keep=PROVIDER_WORKERS)
+        self._watch = CellWatch(nursery)  # ends when the provider's nursery is cancelled
         self._admission = admission
         self._sessions: set[InProcessSession] = set()
         self.closed = False
@@ -191,6 +192,7 @@ class InProcessProvider:
             store_load=store_load,
             admission=self._admission,
             workers=self._workers,
+            watch=self._watch,
         )
         session = InProcessSession(self, runtime)
         self._sessions.add(session)

@@ -34,6 +34,7 @@ from codemode_host._operation import Operation
 from codemode_host.engine import Engine
 from codemode_host.runtime import (
     Admission,
+    CellWatch,
     ObservationCancelledError,
     Preemption,
     RuntimeCell,
@@ -149,6 +150,7 @@ class Requests:
         self._connection = connection
         self._nursery = nursery
         self._workers = CallWorkers(nursery, keep=HOST_WORKERS)
+        self._watch = CellWatch(nursery)  # ends when the connection's work is cancelled
         engine.on_release(self._workers.dismiss_parked)  # rule 5 of `CallWorkers`
         self._flush = flush
         self._sessions: dict[str, RuntimeSession] = {}
@@ -250,6 +252,7 @@ class Requests:
             store_load=request.store_load,
             admission=self.admission,
             workers=self._workers,
+            watch=self._watch,
         )
         return Ok(value=SessionReady(session_id=request.session_id))
 

@@ -1,13 +1,14 @@
 """Which cells have a task of their own (rule 10 of `runtime/_cell.py`): none while the
 JavaScript runs or waits, none for a completion nobody collected; one for a drain and one for a
-termination. And the session's watcher of task-less cells, which a shutdown ends."""
+termination. And the watch over task-less cells (`runtime/_watch.py`): a session's own, which
+its shutdown ends, and one shared by sessions, which their nursery's cancellation ends."""
 
 from __future__ import annotations
 
 import trio
 import trio.testing
 from codemode_host.engine import Engine
-from codemode_host.runtime import RuntimeSession
+from codemode_host.runtime import CellWatch, RuntimeSession
 from codemode_host.runtime._cell import RuntimeCell
 from codemode_host.runtime._phases import Lifecycle
 
@@ -35,7 +36,7 @@ async def test_waiting_and_calling_cells_have_no_task_of_their_own(engine: Engin
                 cell.release_initial_observer()
             await delegate.until(lambda: len(delegate.invocations) == 1)
             await trio.testing.wait_all_tasks_blocked()
-            # The session's watcher and the worker running the tool call: nothing per cell.
+            # The session's watch and the worker running the tool call: nothing per cell.
             assert len(nursery.child_tasks) == 2
             assert not any(cell._has_task for cell in cells)
             delegate.release.set()
@@ -75,7 +76,7 @@ async def test_a_termination_gives_the_cell_a_task_that_ends_with_it(engine: Eng
             outcome = await runtime.terminate(cell.cell_id)
             assert cell._has_task
             await trio.testing.wait_all_tasks_blocked()
-            assert len(nursery.child_tasks) == 1  # the watcher: the cell's task has ended
+            assert len(nursery.child_tasks) == 1  # the watch: the cell's task has ended
             await runtime.shutdown()
     assert isinstance(outcome, LiveCell)
     assert isinstance(outcome.response, Terminated)
@@ -103,11 +104,46 @@ async def test_a_cell_draining_a_notification_gets_a_task_and_completes_after_it
     assert delegate.closed == ["1"]
 
 
-async def test_a_shutdown_before_the_watchers_first_step_ends_it(engine: Engine) -> None:
+async def test_a_shutdown_before_the_watch_task_runs_ends_it(engine: Engine) -> None:
     delegate = RecordingDelegate()
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             runtime = RuntimeSession(engine, nursery, CellLimits())
             runtime.start(request('text("soon")'), delegate).release_initial_observer()
-            await runtime.shutdown()  # the watcher has not run yet: the nursery still ends
+            await runtime.shutdown()  # the watch has not run yet: the nursery still ends
     assert delegate.closed == ["1"]
+
+
+async def test_sessions_sharing_a_watch_have_one_watcher_which_closes_all_on_an_abort(
+    engine: Engine,
+) -> None:
+    delegate = RecordingDelegate()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            watch = CellWatch(nursery)
+            runtimes = [
+                RuntimeSession(engine, nursery, CellLimits(), watch=watch) for _ in range(3)
+            ]
+            cells = [runtime.start(request(WAITING), delegate) for runtime in runtimes]
+            for cell in cells:
+                cell.release_initial_observer()
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(nursery.child_tasks) == 1  # one watcher for the three sessions
+            nursery.cancel_scope.cancel()
+    assert delegate.closed == ["1", "1", "1"]  # each session's first cell
+    assert all(runtime.cell("1") is None for runtime in runtimes)
+
+
+async def test_a_shared_watch_forgets_closed_cells(engine: Engine) -> None:
+    delegate = RecordingDelegate()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            watch = CellWatch(nursery)
+            runtime = RuntimeSession(engine, nursery, CellLimits(), watch=watch)
+            for _ in range(5):
+                cell = runtime.start(request('text("done")'), delegate)
+                await cell.initial_response()
+            assert watch._cells == {}
+            await runtime.shutdown()
+            nursery.cancel_scope.cancel()  # the owner ends the shared watch
+    assert delegate.closed == ["1", "2", "3", "4", "5"]

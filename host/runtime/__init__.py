@@ -16,6 +16,7 @@ from ._phases import ACTIVE as ACTIVE
 from ._phases import LIFECYCLE as LIFECYCLE
 from ._phases import OBSERVATION as OBSERVATION
 from ._session import RuntimeSession as RuntimeSession
+from ._watch import CellWatch as CellWatch
 
 __all__ = [
     "ACTIVE",
@@ -23,6 +24,7 @@ __all__ = [
     "LIFECYCLE",
     "OBSERVATION",
     "Admission",
+    "CellWatch",
     "ObservationCancelledError",
     "Preemption",
     "RuntimeCell",

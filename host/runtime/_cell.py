@@ -18,7 +18,7 @@ Rules (reference-runtime section 5):
 4. `cell_closed` runs exactly once, last, after the cell left the session's registry. Who
    takes the completion closes the cell: an observer before it returns (reference-runtime 5.4,
    step 6), a terminate a pass later, a shutdown. Else its task closes it, or on an abort the
-   session's watcher (rule 10).
+   watch (`_watch`, rule 10).
 5. The initial observation belongs to the `StartedCell`: awaited once, or released (explicitly,
    or when the `StartedCell` is dropped, or when its await is cancelled); after that, `wait`s
    observe the cell and nothing the initial observation did not take is lost.

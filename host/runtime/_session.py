@@ -47,6 +47,7 @@ from ._admission import Admission
 from ._cell import RuntimeCell
 from ._observer import DEFAULT_YIELD_TIME_MS, Preemption, observation_window_ms
 from ._phases import Lifecycle
+from ._watch import CellWatch
 
 SESSION_WORKERS = 16
 """Workers a session with workers of its own keeps parked for its delegate calls."""
@@ -58,7 +59,7 @@ class RuntimeSession:
     Args:
         engine: the engine that runs the cells.
         nursery: where the tasks of cells that need one (rule 10 of `_cell`), the session's
-            watcher of the others and delegate calls (by `workers`) run; it must outlive the
+            watch over the others and delegate calls (by `workers`) run; it must outlive the
             session, and cancelling it closes every cell.
         limits: the limits of every cell of the session.
         max_response_bytes: the most output one observation takes (the host gives its frame
@@ -69,6 +70,9 @@ class RuntimeSession:
         workers: the tasks that run delegate calls, shared with the other sessions of the
             nursery's owner, who closes them (default: workers of its own, closed when the
             session has shut down).
+        watch: the watch over cells without a task of their own (`_watch`), shared likewise
+            and ended by the nursery's cancellation (default: a watch of its own, closed when
+            the session has shut down).
     """
 
     def __init__(
@@ -81,11 +85,14 @@ class RuntimeSession:
         store_load: bool = True,
         admission: Admission | None = None,
         workers: CallWorkers | None = None,
+        watch: CellWatch | None = None,
     ) -> None:
         self._engine = engine
         self._nursery = nursery
         self._own_workers = workers is None
         self._workers = workers or CallWorkers(nursery, keep=SESSION_WORKERS)
+        self._own_watch = watch is None
+        self._watch = watch or CellWatch(nursery)
         self._admission = admission or Admission()
         self._store_load = store_load
         self._limits = limits
@@ -95,7 +102,6 @@ class RuntimeSession:
         self._cells: dict[str, RuntimeCell] = {}
         self._dropped: collections.deque[Callable[[], None]] = collections.deque()
         self._stored: dict[str, bytes] = {}
-        self._watch_scope: trio.CancelScope | None = None
 
     @property
     def is_alive(self) -> bool:
@@ -212,22 +218,9 @@ class RuntimeSession:
             alarms=self._engine.alarms,
         )
         self._cells[cell_id] = cell
-        if self._watch_scope is None:
-            # Made here, not in the task: a shutdown before the task's first step cancels it.
-            self._watch_scope = trio.CancelScope()
-            self._nursery.start_soon(self._watch_cells, self._watch_scope)
+        self._watch.add(cell)
         cell.start(self._nursery.start_soon)
         return cell
-
-    async def _watch_cells(self, scope: trio.CancelScope) -> None:
-        """Closes the cells without a task of their own when the session's nursery is
-        cancelled (an abort: no shutdown came first); ends with the shutdown."""
-        with scope:
-            try:
-                await trio.sleep_forever()
-            finally:
-                for cell in list(self._cells.values()):
-                    cell.abort()
 
     async def wait(
         self, request: WaitRequest, *, preemption: Preemption | None = None
@@ -330,10 +323,10 @@ class RuntimeSession:
             cell.begin_shutdown()
         for cell in cells:
             await cell.closed.wait()
-        if self._watch_scope is not None:
-            self._watch_scope.cancel()
         if self._own_workers:
             self._workers.close()
+        if self._own_watch:
+            self._watch.close()
 
     async def cells(self) -> list[CellInfo]:
         """The live cells (admitted, not yet closed), oldest first: what holds capacity.
@@ -356,4 +349,6 @@ class RuntimeSession:
         return self._cells.get(cell_id)
 
     def _forget(self, cell_id: str) -> None:
-        self._cells.pop(cell_id, None)
+        cell = self._cells.pop(cell_id, None)
+        if cell is not None:
+            self._watch.discard(cell)
