@@ -1,4 +1,5 @@
-"""The cell task's wait for its JavaScript, and the cell's deadlines (rule 9 of `_cell`).
+"""The cell's deadlines while its JavaScript runs (rule 9 of `_cell`), and its task's wait for
+the JavaScript when it has a task (rule 10).
 
 The wait hands the engine's events to the cell's handler until `Finished`. The cell's two
 deadlines are alarms of the engine (`Engine.alarms`), not cancel scopes around the wait: the
@@ -83,8 +84,8 @@ class JavaScriptWait:
             self.end()
 
     def end(self) -> None:
-        """The JavaScript ended (its `Finished` handled with no task waiting): the deadlines
-        are dropped."""
+        """The JavaScript ended (its `Finished` handled, with or without a task waiting): the
+        deadlines are dropped. Idempotent."""
         self._over = True  # a window can end only while the JavaScript runs
         for alarm in (self._window, self._abandon):
             if alarm is not None:
