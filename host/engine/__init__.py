@@ -5,6 +5,7 @@
 (source `_quickjs.c` here) and the cell globals are written in `prelude.js`.
 """
 
+from ._cell import EngineCell as EngineCell
 from ._engine import DEFAULT_MAX_WORKERS as DEFAULT_MAX_WORKERS
 from ._engine import DEFAULT_STACK_LIMIT as DEFAULT_STACK_LIMIT
 from ._engine import IDLE_RELEASE_SECONDS as IDLE_RELEASE_SECONDS
@@ -13,7 +14,6 @@ from ._engine import MAX_WORKERS as MAX_WORKERS
 from ._engine import RELEASE_AFTER_CELLS as RELEASE_AFTER_CELLS
 from ._engine import CellTool as CellTool
 from ._engine import Engine as Engine
-from ._engine import EngineCell as EngineCell
 from ._engine import EngineClosedError as EngineClosedError
 from ._engine import default_heap_budget as default_heap_budget
 from ._engine import default_workers as default_workers
