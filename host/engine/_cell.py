@@ -86,10 +86,13 @@ class EngineCell:
         `Finished`, which is handled too. If `handle` raises, it is given nothing more and
         `failed()` is called (it must not block nor raise); `handle_until_finished(handle)`,
         which may take the handling over at any time, then raises the exception."""
-        self._handle = handle
         self._failed = failed
+        self._take_handling(handle)
+
+    def _take_handling(self, handle: Callable[[CellEvent], None]) -> None:
+        self._handle = handle  # from now on, every event reaches it in the collector
         events, self._pending = self._pending, []
-        for event in events:  # published before the handler was set
+        for event in events:  # published before the handler was set: handled here
             self._deliver(event)
 
     def stop_handling(self) -> None:
@@ -106,15 +109,8 @@ class EngineCell:
         what that handled is not handled again."""
         self._failed = None  # a task waits: it raises the failure itself
         if self._handle is None and self._finished is None and self._failure is None:
-            events, self._pending = self._pending, []
-            for index, event in enumerate(events):  # published before the handler was set
-                handle(event)
-                if isinstance(event, Finished):
-                    self._pending[:0] = events[index + 1 :]  # nothing follows it; kept anyway
-                    await trio.lowlevel.checkpoint()
-                    return event
+            self._take_handling(handle)
         if self._finished is None and self._failure is None:
-            self._handle = handle  # from now on, every event reaches it in the collector
             try:
                 while self._finished is None and self._failure is None and not self._stopped:
                     self._wakeup = trio.Event()
