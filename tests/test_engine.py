@@ -844,6 +844,20 @@ async def test_a_failing_handler_fails_its_own_cell_task_only() -> None:
     assert run.texts == ["still served"]
 
 
+class Recording:
+    """A handler that records every event, and sets `seen_one` at the first of type `until`."""
+
+    def __init__(self, until: type[CellEvent]) -> None:
+        self.seen: list[CellEvent] = []
+        self.seen_one = trio.Event()
+        self._until = until
+
+    def __call__(self, event: CellEvent) -> None:
+        self.seen.append(event)
+        if isinstance(event, self._until):
+            self.seen_one.set()
+
+
 async def test_handle_events_needs_no_task_and_a_task_takes_over_without_repeats() -> None:
     # The runtime's cells run this way (rule 10 of `runtime/_cell.py`): their handler runs
     # in the collector with no task waiting, and a task takes over only when one is needed.
@@ -851,16 +865,10 @@ async def test_handle_events_needs_no_task_and_a_task_takes_over_without_repeats
         with trio.fail_after(30):
             source = 'text("one"); await tools.t({}); text("two")'
             with engine.start_cell(source, tools=[CellTool("t")]) as cell:
-                seen: list[CellEvent] = []
-                called = trio.Event()
-
-                def handle(event: CellEvent) -> None:
-                    seen.append(event)
-                    if isinstance(event, ToolCallRequested):
-                        called.set()
-
+                handle = Recording(until=ToolCallRequested)
+                seen = handle.seen
                 cell.handle_events(handle, failed=lambda: None)
-                await called.wait()  # handled in the collector: nobody awaited the cell
+                await handle.seen_one.wait()  # handled in the collector: nobody awaited the cell
                 taken_over = len(seen)
                 async with trio.open_nursery() as nursery:
                     finished = trio.Event()
@@ -885,19 +893,12 @@ async def test_a_finished_handled_with_no_task_is_returned_to_a_later_task() -> 
     async with open_engine() as engine:
         with trio.fail_after(30):
             with engine.start_cell('text("done")') as cell:
-                seen: list[CellEvent] = []
-                done = trio.Event()
-
-                def handle(event: CellEvent) -> None:
-                    seen.append(event)
-                    if isinstance(event, Finished):
-                        done.set()
-
+                handle = Recording(until=Finished)
                 cell.handle_events(handle, failed=lambda: None)
-                await done.wait()
+                await handle.seen_one.wait()
                 finished = await cell.handle_until_finished(handle)
-    assert finished is seen[-1]
-    assert [type(event) for event in seen] == [Started, TextOutput, Finished]
+    assert finished is handle.seen[-1]
+    assert [type(event) for event in handle.seen] == [Started, TextOutput, Finished]
 
 
 async def test_a_handler_failing_with_no_task_calls_failed_and_the_task_raises() -> None:
