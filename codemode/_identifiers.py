@@ -6,11 +6,11 @@ describe the tools.
 
 from __future__ import annotations
 
+import re
 
-def _valid(ch: str, first: bool) -> bool:
-    if ch in "_$" or ("a" <= ch <= "z") or ("A" <= ch <= "Z"):
-        return True
-    return not first and "0" <= ch <= "9"
+_NOT_IDENTIFIER_PART = re.compile(r"[^A-Za-z0-9_$]")
+# One regular expression pass instead of a Python call per character: the host normalizes
+# every enabled tool's name for every cell it starts.
 
 
 def normalize_identifier(name: str) -> str:
@@ -26,4 +26,7 @@ def normalize_identifier(name: str) -> str:
     """
     if not name:
         return "_"
-    return "".join(ch if _valid(ch, i == 0) else "_" for i, ch in enumerate(name))
+    identifier = _NOT_IDENTIFIER_PART.sub("_", name)
+    if "0" <= identifier[0] <= "9":
+        return "_" + identifier[1:]
+    return identifier

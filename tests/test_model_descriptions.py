@@ -56,6 +56,22 @@ def test_normalize_identifier_rewrites_invalid_characters() -> None:
     assert normalize_identifier("hidden-dynamic-tool") == "hidden_dynamic_tool"
 
 
+@pytest.mark.parametrize(
+    ("name", "identifier"),
+    [
+        ("", "_"),
+        ("9lives", "_lives"),  # a leading digit is replaced, not prefixed
+        ("a9", "a9"),
+        ("$get_x", "$get_x"),
+        ("caf\u00e9 menu", "caf__menu"),  # one `_` per character, not per byte
+        ("\u0663d", "_d"),  # a non-ASCII digit is not an identifier character either
+        ("weather.get", "weather_get"),
+    ],
+)
+def test_normalize_identifier_edge_cases(name: str, identifier: str) -> None:
+    assert normalize_identifier(name) == identifier
+
+
 def test_augment_tool_definition_appends_typed_declaration() -> None:
     tool = ToolDefinition(
         name="hidden_dynamic_tool",
