@@ -22,6 +22,7 @@ What it owns:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import assert_never
 
 from .._api import (
     AdmissionLimits,
@@ -344,15 +345,21 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         pending = self._pending.pop(request_id, None)
         if pending is None:
             raise RemoteProtocolError(f"code-mode host returned unknown request ID {request_id}")
-        handler = {
-            Kind.OPEN: self._on_opened,
-            Kind.EXECUTE: self._on_started,
-            Kind.EXECUTE_TO_PENDING: self._on_started,
-            Kind.TERMINATE: self._on_terminated,
-            Kind.SHUTDOWN: self._on_session_closed,
-            Kind.CELLS: self._on_cells,
-        }[pending.kind]
-        handler(request_id, pending, result)
+        # A match, not a dict of handlers: building one per response hashed six enum members
+        # (a Python-level `__hash__` each).
+        match pending.kind:
+            case Kind.OPEN:
+                self._on_opened(request_id, pending, result)
+            case Kind.EXECUTE | Kind.EXECUTE_TO_PENDING:
+                self._on_started(request_id, pending, result)
+            case Kind.TERMINATE:
+                self._on_terminated(request_id, pending, result)
+            case Kind.SHUTDOWN:
+                self._on_session_closed(request_id, pending, result)
+            case Kind.CELLS:
+                self._on_cells(request_id, pending, result)
+            case _:
+                assert_never(pending.kind)
 
     def _on_opened(self, request_id: int, pending: PendingOperation, result: HostResult) -> None:
         session_id = pending.session_id

@@ -43,6 +43,13 @@ class StateTable(Generic[S, E]):
         self.name = name
         self._moves = moves
         self._error = error
+        # Looked up by member names (`_name_`, a plain attribute, where `name` is a property):
+        # an Enum member's own `__hash__` is a Python function (enum.py), and a move on the
+        # path of every cell called it twice.
+        self._by_name = {
+            state._name_: {trigger._name_: target for trigger, target in row.items()}
+            for state, row in moves.items()
+        }
 
     def move(self, state: S, trigger: E) -> S:
         """The state `trigger` leads to from `state`.
@@ -51,7 +58,7 @@ class StateTable(Generic[S, E]):
             the table's error type: the table has no such move.
         """
         try:
-            return self._moves[state][trigger]
+            return self._by_name[state._name_][trigger._name_]
         except KeyError:
             raise self._error(
                 f"{self.name}: {trigger.name.lower()} is not allowed in state {state.name.lower()}"

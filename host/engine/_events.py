@@ -134,6 +134,10 @@ CellEvent = (
 )
 
 
+_OUTCOMES = {outcome.value: outcome for outcome in Outcome}
+"""`Outcome(n)` without the Enum's Python-level call (once a cell)."""
+
+
 def decode_event(
     kind: int, n1: int, n2: int, a: str | bytes | None, b: str | bytes | None
 ) -> CellEvent:
@@ -168,7 +172,7 @@ def decode_event(
             return TimerCleared(n1)
         case _quickjs.EV_FINISHED:
             assert a is None or isinstance(a, str)
-            outcome = Outcome(n1)
+            outcome = _OUTCOMES[n1]
             if outcome is Outcome.ERROR and a is None:
                 a = "InternalError: out of memory"  # the error text itself could not be made
             return Finished(outcome, a)

@@ -92,9 +92,10 @@ class Watch(enum.Enum):
     YIELDING = "yielding"
 
 
-ACTIVE = frozenset({Lifecycle.RUNNING, Lifecycle.DRAINING, Lifecycle.TERMINATING})
+ACTIVE = (Lifecycle.RUNNING, Lifecycle.DRAINING, Lifecycle.TERMINATING)
 """The states that hold an active-cell slot (`_admission`): the cell's JavaScript or its
-cleanup still runs. A completion waiting to be collected holds none."""
+cleanup still runs. A completion waiting to be collected holds none. (A tuple: its `in`
+compares identities, where a set's would call the members' Python-level `__hash__`.)"""
 
 
 class WatchTrigger(enum.Enum):
