@@ -133,7 +133,7 @@ class CellCalls:
         self._forwarded: dict[int, Callable[[], None]] = {}  # call id -> its cancel (rule 6)
         self._notifications = CallbackGroup(workers)
         self._held: list[tuple[Callable[[], object], bool]] = []  # (start, is a tool call)
-        self._released = trio.Event()
+        self._released: trio.Event | None = None  # made when calls are first held
 
     # ---- starting ------------------------------------------------------------------------
 
@@ -187,7 +187,8 @@ class CellCalls:
         held, self._held = self._held, []
         for start, _ in held:
             start()
-        self._released.set()
+        if self._released is not None:
+            self._released.set()
 
     # ---- ending ------------------------------------------------------------------------
 
@@ -208,6 +209,7 @@ class CellCalls:
         if self.notifications_delivered:
             return  # the common case, without a pass of the scheduler (the cell's end waits)
         while self._held:
+            assert self._released is not None  # made when the first was held
             await self._released.wait()
         await self._notifications.wait_idle()
 
@@ -227,7 +229,8 @@ class CellCalls:
             self._admission.release_call()
             self.pending_tools -= tool
         self._held.clear()
-        self._released.set()
+        if self._released is not None:
+            self._released.set()
         self._notifications.cancel(reason)
         self._tools.cancel(reason)
         self._cancel_forwarded()

@@ -84,7 +84,7 @@ class Observer:
         self.deadline: float | None = None
         self.boundary: int | None = None
         self.cancelled = False
-        self.wake = trio.Event()
+        self.wake: trio.Event | None = None  # made by `sleep`: most observations never sleep
         self.on_wake: Callable[[], None] | None = None
         if start_now:
             self.start_window(trio.current_time())
@@ -100,13 +100,14 @@ class Observer:
 
     async def sleep(self) -> None:
         """Until `notify()` (also at the end of the window, by the cell: rule 6)."""
-        self.wake = trio.Event()
-        await self.wake.wait()
+        wake = self.wake = trio.Event()
+        await wake.wait()
 
     def notify(self) -> None:
         """Wake the observation's task, or start it: `on_wake`, if set, is called once, at the
         first wake (rule 8)."""
-        self.wake.set()
+        if self.wake is not None:
+            self.wake.set()
         on_wake = self.on_wake
         if on_wake is not None:
             self.on_wake = None
