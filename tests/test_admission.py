@@ -188,8 +188,17 @@ async def test_uncollected_results_hold_no_slot_and_are_bounded_per_session(kind
             outcome = await session.terminate(cells[1])
             assert isinstance(outcome.response, Completed)
             assert texts(outcome) == ["result 1"]
-            outcome = await session.wait(WaitRequest(cell_id=cells[2], yield_time_ms=LONG_MS))
-            assert texts(outcome) == ["result 2"]
+            # The count follows each collection exactly: one result waits, two more fit.
+            for n in (3, 4):
+                started = await execute(session, delegate, f"text('result {n}')", yield_time_ms=0)
+                assert isinstance(await started.initial_response(), Yielded)
+                cells.append(started.cell_id)
+                await until_cells(session, all_completed(3 if n == 4 else 2))
+            with pytest.raises(AdmissionError):
+                await execute(session, delegate, "text('one too many again')")
+            for n in (2, 3, 4):
+                outcome = await session.wait(WaitRequest(cell_id=cells[n], yield_time_ms=LONG_MS))
+                assert texts(outcome) == [f"result {n}"]
             assert await session.cells() == []
             await session.shutdown()
             await other.shutdown()

@@ -8,7 +8,8 @@ Rules:
 1. A cell takes an active-cell slot when it is admitted and gives it back when its lifecycle
    leaves the ACTIVE states (`_phases.ACTIVE`): a completion nobody collected holds no slot.
 2. Uncollected completions are bounded per session instead (`max_uncollected_results`): past
-   it the session refuses new cells with an exact text; nothing is dropped.
+   it the session refuses new cells with an exact text; nothing is dropped. The session's
+   cells keep its count (`_share.CellShare.uncollected`).
 3. A tool call or notification takes a pending-call slot when the cell makes it and gives it
    back when its task ends (or when the cell drops it unstarted). A tool call past the bound
    rejects its promise at once and never reaches the delegate.

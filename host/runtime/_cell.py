@@ -25,7 +25,8 @@ Rules (reference-runtime section 5):
 6. Frontier observers (`_frontier`) see the cell's quiescence; tool answers and timer firings
    reach the engine through the frontier, which holds them while the cell is paused.
 7. The cell is admitted holding an active-cell slot (`_admission`) and gives it back when its
-   lifecycle leaves the ACTIVE states, in `_move`, the one place its lifecycle changes.
+   lifecycle leaves the ACTIVE states, in `_move`, the one place its lifecycle changes, which
+   also keeps the session's count of uncollected completions.
 8. The engine's events, `Finished` included, are handled in the collector's step
    (`EngineCell.handle_events`): a cell with no call left to wait for completes there.
 9. The cell's deadlines are alarms of the engine (`_jswait`) while its JavaScript runs: its
@@ -72,14 +73,12 @@ from codemode import (
     WaitOutcome,
     Yielded,
 )
-from codemode._trio import Alarms, CallWorkers
 from codemode.errors import (
     AlreadyTerminatingError,
     ObserverBusyError,
     RuntimeEndedError,
 )
 
-from ._admission import Admission
 from ._callee import name_the_callee
 from ._calls import CellCalls
 from ._frontier import Frontier
@@ -95,6 +94,7 @@ from ._phases import (
     Watch,
     WatchTrigger,
 )
+from ._share import CellShare
 from ._timers import CellTimers
 
 logger = logging.getLogger("codemode.runtime")
@@ -111,13 +111,8 @@ class RuntimeCell:
         request: ExecuteRequest,
         delegate: SessionDelegate,
         engine_cell: EngineCell,
-        workers: CallWorkers,
-        commit: Callable[[dict[str, bytes]], None],
-        forget: Callable[[str], None],
         initial_window_ms: int | None,
-        max_response_bytes: int | None,
-        admission: Admission,
-        alarms: Alarms,
+        share: CellShare,
     ) -> None:
         self.cell_id = cell_id
         self.lifecycle = Lifecycle.RUNNING
@@ -126,10 +121,7 @@ class RuntimeCell:
         self._source = request.source
         self._delegate = delegate
         self._engine_cell = engine_cell
-        self._commit = commit
-        self._forget = forget
-        self._budget = max_response_bytes
-        self._admission = admission
+        self._share = share
         self._holds_slot = True  # rule 7: the session took it when it admitted the cell
         self._admitted_at = trio.current_time()
         self._cpu_time_ms = 0.0
@@ -140,14 +132,14 @@ class RuntimeCell:
             request=request,
             delegate=delegate,
             engine_cell=engine_cell,
-            workers=workers,
+            workers=share.workers,
             accepting=lambda: self._js_running and self.lifecycle is Lifecycle.RUNNING,
             submit=self._frontier.submit,
-            admission=admission,
+            admission=share.admission,
         )
-        self._timers = CellTimers(alarms, self._frontier.submit)
+        self._timers = CellTimers(share.alarms, self._frontier.submit)
         self._js_running = True
-        self._output = CellOutput(cell_id, engine_cell, max_response_bytes)
+        self._output = CellOutput(cell_id, engine_cell, share.max_response_bytes)
         self._writes: dict[str, bytes] = {}
         self.initial = InitialObservation(initial_window_ms)
         """The observation `execute` attached (rule 5): the host starts its task when it is
@@ -155,7 +147,7 @@ class RuntimeCell:
         self._observer: Observer | None = self.initial.observer
         self._completion_error: str | None = None
         self._terminated: Terminated | None = None
-        self._js_wait = JavaScriptWait(cell_id, engine_cell, alarms)
+        self._js_wait = JavaScriptWait(cell_id, engine_cell, share.alarms)
         self._spawn: Callable[[Callable[[], Awaitable[None]]], None] | None = None
         self._has_task = False
         self._aborted = False
@@ -195,10 +187,15 @@ class RuntimeCell:
         )
 
     def _move(self, trigger: LifecycleTrigger) -> None:
-        self.lifecycle = LIFECYCLE.move(self.lifecycle, trigger)
+        left = self.lifecycle
+        self.lifecycle = LIFECYCLE.move(left, trigger)
+        if self.lifecycle is Lifecycle.COMPLETED:
+            self._share.uncollected += 1
+        elif left is Lifecycle.COMPLETED:
+            self._share.uncollected -= 1
         if self._holds_slot and self.lifecycle not in ACTIVE:
             self._holds_slot = False
-            self._admission.release_cell()
+            self._share.admission.release_cell()
 
     # ---- observation ---------------------------------------------------------------------
 
@@ -294,7 +291,7 @@ class RuntimeCell:
         if observer.boundary is not None:
             return self._output.yielded(observer.boundary)
         if self.lifecycle is Lifecycle.COMPLETED:
-            completion = self._take_completion(self._budget)
+            completion = self._take_completion(self._share.max_response_bytes)
             if isinstance(completion, Completed):
                 self._close()  # delivered: it closes now (reference-runtime 5.4, step 6)
             elif observer.frontier:
@@ -470,7 +467,7 @@ class RuntimeCell:
             self._drained()
 
     def _drained(self) -> None:
-        self._commit(self._writes)
+        self._share.commit(self._writes)
         self._move(LifecycleTrigger.DRAINED)
         self._wake_observer()
 
@@ -490,7 +487,7 @@ class RuntimeCell:
         self._calls.detach()
         ended = self.lifecycle in (Lifecycle.CLAIMED, Lifecycle.TERMINATED)
         self._move(LifecycleTrigger.CLOSE if ended else LifecycleTrigger.ABORT)
-        self._forget(self.cell_id)
+        self._share.forget(self.cell_id)
         self._wake_observer()
         self.closed.set()
         try:

@@ -47,6 +47,7 @@ from ._admission import Admission
 from ._cell import RuntimeCell
 from ._observer import DEFAULT_YIELD_TIME_MS, Preemption, observation_window_ms
 from ._phases import Lifecycle
+from ._share import CellShare
 from ._watch import CellWatch
 
 SESSION_WORKERS = 16
@@ -96,12 +97,19 @@ class RuntimeSession:
         self._admission = admission or Admission()
         self._store_load = store_load
         self._limits = limits
-        self._max_response_bytes = max_response_bytes
         self._alive = True
         self._next_cell = 1
         self._cells: dict[str, RuntimeCell] = {}
         self._dropped: collections.deque[Callable[[], None]] = collections.deque()
         self._stored: dict[str, bytes] = {}
+        self._share = CellShare(
+            workers=self._workers,
+            admission=self._admission,
+            alarms=engine.alarms,
+            commit=self._stored.update,
+            forget=self._forget,
+            max_response_bytes=max_response_bytes,
+        )
 
     @property
     def is_alive(self) -> bool:
@@ -178,8 +186,7 @@ class RuntimeSession:
     ) -> RuntimeCell:
         if not self._alive:
             raise SessionShuttingDownError()
-        uncollected = sum(c.lifecycle is Lifecycle.COMPLETED for c in self._cells.values())
-        self._admission.admit_cell(uncollected)
+        self._admission.admit_cell(self._share.uncollected)
         try:
             engine_cell = self._engine.start_cell(
                 request.source,
@@ -207,15 +214,10 @@ class RuntimeSession:
             request=request,
             delegate=delegate,
             engine_cell=engine_cell,
-            workers=self._workers,
-            commit=self._stored.update,
-            forget=self._forget,
             initial_window_ms=(
                 None if frontier else observation_window_ms(yield_time_ms, self._limits)
             ),
-            max_response_bytes=self._max_response_bytes,
-            admission=self._admission,
-            alarms=self._engine.alarms,
+            share=self._share,
         )
         self._cells[cell_id] = cell
         self._watch.add(cell)
