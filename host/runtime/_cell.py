@@ -123,7 +123,7 @@ class RuntimeCell:
         self._engine_cell = engine_cell
         self._share = share
         self._holds_slot = True  # rule 7: the session took it when it admitted the cell
-        self._admitted_at = trio.current_time()
+        self._admitted_at = share.now()
         self._cpu_time_ms = 0.0
         # An initial observer without a window is `execute_to_pending`'s.
         self._frontier = Frontier(engine_cell, mode=initial_window_ms is None)
@@ -306,7 +306,7 @@ class RuntimeCell:
                 items = self._output.take(len(self._output))
                 return self._output.pending(items, self._frontier.deliver())
             return None
-        if observer.expired(trio.current_time()):
+        if observer.expired(self._share.now()):
             return self._output.yielded(len(self._output))
         return None
 
@@ -391,7 +391,7 @@ class RuntimeCell:
             self._timers.cancel_all()
 
     def _handle(self, event: CellEvent) -> None:
-        now = trio.current_time()
+        now = self._share.now()
         observer = self._observer
         if observer is not None and observer.boundary is None and observer.expired(now):
             # The window ended before this event: the observation yields without it.

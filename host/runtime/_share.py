@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import trio
+
 from codemode._trio import Alarms, CallWorkers
 
 from ._admission import Admission
@@ -26,6 +28,8 @@ class CellShare:
         uncollected: the session's cells that hold a completion nobody collected (the
             COMPLETED state), counted by the cells as they enter and leave it, so that
             admitting a cell never walks the session's cells (rule 2 of `_admission`).
+        now: trio's clock (`trio.current_time()` without its two lookups: a cell reads it at
+            every event). Made in the session's trio run, so it reads that run's clock.
     """
 
     __slots__ = (
@@ -34,6 +38,7 @@ class CellShare:
         "commit",
         "forget",
         "max_response_bytes",
+        "now",
         "uncollected",
         "workers",
     )
@@ -55,3 +60,4 @@ class CellShare:
         self.forget = forget
         self.max_response_bytes = max_response_bytes
         self.uncollected = 0
+        self.now = trio.lowlevel.current_clock().current_time
