@@ -37,12 +37,15 @@ class OneShot(Generic[T]):
         self.refused = False
         """True once the waiter was cancelled before any value arrived."""
 
+    # `set` and `get` test `_value` inline, not through `is_set()` and `value()`: they run for
+    # every answer, and the method calls were about six of the client's 400 calls a cell.
+
     def is_set(self) -> bool:
-        return not isinstance(self._value, _Unset)
+        return self._value is not _UNSET
 
     def set(self, value: T) -> bool:
         """Deliver `value`; False if it was refused (its waiter gone) or one was already set."""
-        if self.refused or self.is_set():
+        if self.refused or self._value is not _UNSET:
             return False
         self._value = value
         if self._task is not None:
@@ -61,9 +64,10 @@ class OneShot(Generic[T]):
         Raises:
             trio.Cancelled: cancelled before a value arrived (the slot then refuses one).
         """
-        if self.is_set():
+        value = self._value
+        if not isinstance(value, _Unset):
             await trio.lowlevel.cancel_shielded_checkpoint()  # it is ours: no cancel point
-            return self.value()
+            return value
         if self.refused or self._task is not None:
             raise RuntimeError("a OneShot is awaited once, by one task")
         self._task = trio.lowlevel.current_task()
@@ -74,4 +78,6 @@ class OneShot(Generic[T]):
             return trio.lowlevel.Abort.SUCCEEDED
 
         await trio.lowlevel.wait_task_rescheduled(abort)
-        return self.value()
+        value = self._value
+        assert not isinstance(value, _Unset), "rescheduled only by `set`"
+        return value
