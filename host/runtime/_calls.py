@@ -214,6 +214,8 @@ class CellCalls:
         await self._notifications.wait_idle()
 
     def cancel_tools(self, reason: str) -> None:
+        if not self.pending_tools:
+            return  # none made, or all answered: the common case at a cell's end
         self._tools.cancel(reason)
         self._cancel_forwarded()
 
@@ -225,6 +227,8 @@ class CellCalls:
 
     def cancel(self, reason: str) -> None:
         """Cancel every call; held calls are dropped (the cell ends without them)."""
+        if not self._held and not self.pending_tools and self._notifications.idle:
+            return  # nothing in flight: the common case at a cell's close
         for _, tool in self._held:  # dropped unstarted: their slots go back now (rule 5)
             self._admission.release_call()
             self.pending_tools -= tool
