@@ -5,6 +5,9 @@ its shutdown ends, and one shared by sessions, which their nursery's cancellatio
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import trio
 import trio.testing
 from codemode_host.engine import Engine
@@ -13,6 +16,7 @@ from codemode_host.runtime._cell import RuntimeCell
 from codemode_host.runtime._phases import Lifecycle
 
 from codemode import CellLimits, Completed, InputText, LiveCell, Terminated
+from codemode._trio import CallWorkers
 from tests.delegates import RecordingDelegate
 from tests.test_pending_frontier import holding, request
 
@@ -147,3 +151,30 @@ async def test_a_shared_watch_forgets_closed_cells(engine: Engine) -> None:
             await runtime.shutdown()
             nursery.cancel_scope.cancel()  # the owner ends the shared watch
     assert delegate.closed == ["1", "2", "3", "4", "5"]
+
+
+async def test_a_shut_down_session_and_its_cells_need_no_cyclic_collection(engine: Engine) -> None:
+    # The host tunes its collector to run rarely: a reference cycle through every session (a
+    # bound method of the session in what its cells share) would keep them until it ran. The
+    # sessions share their workers and watch, as the host's do (a session's own are closed by
+    # cancelling their scopes, and trio's `Cancelled` keeps the frames of whoever cancelled).
+    delegate = RecordingDelegate()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            workers, watch = CallWorkers(nursery, keep=4), CellWatch(nursery)
+            gc.collect()
+            gc.disable()
+            try:
+                runtime = RuntimeSession(
+                    engine, nursery, CellLimits(), workers=workers, watch=watch
+                )
+                cell = runtime.start(request('text("done")'), delegate)
+                assert isinstance(await cell.initial_response(), Completed)
+                await runtime.shutdown()
+                freed = weakref.ref(runtime), weakref.ref(cell)
+                del runtime, cell
+                assert [ref() for ref in freed] == [None, None]
+            finally:
+                gc.enable()
+                workers.close()
+                watch.close()

@@ -487,7 +487,7 @@ class RuntimeCell:
         self._calls.detach()
         ended = self.lifecycle in (Lifecycle.CLAIMED, Lifecycle.TERMINATED)
         self._move(LifecycleTrigger.CLOSE if ended else LifecycleTrigger.ABORT)
-        self._share.forget(self.cell_id)
+        self._share.forget(self)
         self._wake_observer()
         self.closed.set()
         try:

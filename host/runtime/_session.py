@@ -107,7 +107,8 @@ class RuntimeSession:
             admission=self._admission,
             alarms=engine.alarms,
             commit=self._stored.update,
-            forget=self._forget,
+            cells=self._cells,
+            watch=self._watch,
             max_response_bytes=max_response_bytes,
         )
 
@@ -349,8 +350,3 @@ class RuntimeSession:
     def cell(self, cell_id: str) -> RuntimeCell | None:
         """The live cell `cell_id` (for the host's inventory and for tests)."""
         return self._cells.get(cell_id)
-
-    def _forget(self, cell_id: str) -> None:
-        cell = self._cells.pop(cell_id, None)
-        if cell is not None:
-            self._watch.discard(cell)

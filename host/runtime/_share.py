@@ -1,18 +1,25 @@
 """What a session lends each of its cells (`CellShare`).
 
 Made once per session: a new cell takes one object instead of seven arguments, and the
-session's count of uncollected completions lives where its cells keep it.
+session's count of uncollected completions lives where its cells keep it. Nothing in it refers
+to the session itself (a bound method of the session here would make every session a reference
+cycle, left to the cyclic collector).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import trio
 
 from codemode._trio import Alarms, CallWorkers
 
 from ._admission import Admission
+from ._watch import CellWatch
+
+if TYPE_CHECKING:
+    from ._cell import RuntimeCell
 
 
 class CellShare:
@@ -23,7 +30,8 @@ class CellShare:
         admission: the capacity the session shares with the others of its connection.
         alarms: where the cells' deadlines wait (the engine's).
         commit: merges a naturally completed cell's stored-value writes into the session.
-        forget: takes a closed cell out of the session's registry (by its id).
+        cells: the session's registry of live cells, by id (its `_cells`).
+        watch: the watch over the cells without a task (`_watch`).
         max_response_bytes: the most output one observation takes (None: no limit).
         uncollected: the session's cells that hold a completion nobody collected (the
             COMPLETED state), counted by the cells as they enter and leave it, so that
@@ -35,11 +43,12 @@ class CellShare:
     __slots__ = (
         "admission",
         "alarms",
+        "cells",
         "commit",
-        "forget",
         "max_response_bytes",
         "now",
         "uncollected",
+        "watch",
         "workers",
     )
 
@@ -50,14 +59,21 @@ class CellShare:
         admission: Admission,
         alarms: Alarms,
         commit: Callable[[dict[str, bytes]], None],
-        forget: Callable[[str], None],
+        cells: dict[str, RuntimeCell],
+        watch: CellWatch,
         max_response_bytes: int | None,
     ) -> None:
         self.workers = workers
         self.admission = admission
         self.alarms = alarms
         self.commit = commit
-        self.forget = forget
+        self.cells = cells
+        self.watch = watch
         self.max_response_bytes = max_response_bytes
         self.uncollected = 0
         self.now = trio.lowlevel.current_clock().current_time
+
+    def forget(self, cell: RuntimeCell) -> None:
+        """Take a closed cell out of the session's registry and out of the watch."""
+        if self.cells.pop(cell.cell_id, None) is not None:
+            self.watch.discard(cell)
