@@ -156,8 +156,9 @@ async def test_a_shared_watch_forgets_closed_cells(engine: Engine) -> None:
 async def test_a_shut_down_session_and_its_cells_need_no_cyclic_collection(engine: Engine) -> None:
     # The host tunes its collector to run rarely: a reference cycle through every session (a
     # bound method of the session in what its cells share) would keep them until it ran. The
-    # sessions share their workers and watch, as the host's do (a session's own are closed by
-    # cancelling their scopes, and trio's `Cancelled` keeps the frames of whoever cancelled).
+    # sessions share their workers and watch, as the host's do: a session's own are closed by
+    # cancelling their scopes, and the `Cancelled` trio hands their tasks keeps the frames of
+    # whoever cancelled (the session's `shutdown`) until those tasks take it, a pass later.
     delegate = RecordingDelegate()
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
