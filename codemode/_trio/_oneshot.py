@@ -37,8 +37,8 @@ class OneShot(Generic[T]):
         self.refused = False
         """True once the waiter was cancelled before any value arrived."""
 
-    # `set` and `get` test `_value` inline, not through `is_set()` and `value()`: they run for
-    # every answer, and the method calls were about six of the client's 400 calls a cell.
+    # `set` and `get` test `_value` inline, not through `is_set()`: they run for every answer,
+    # and the method calls were about six of the client's 400 calls a cell.
 
     def is_set(self) -> bool:
         return self._value is not _UNSET
@@ -52,11 +52,6 @@ class OneShot(Generic[T]):
             trio.lowlevel.reschedule(self._task)
             self._task = None
         return True
-
-    def value(self) -> T:
-        """The delivered value (call only once `is_set()`)."""
-        assert not isinstance(self._value, _Unset), "no value was delivered yet"
-        return self._value
 
     async def get(self) -> T:
         """Wait for the value and return it.
