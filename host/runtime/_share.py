@@ -1,6 +1,6 @@
 """What a session lends each of its cells (`CellShare`).
 
-Made once per session: a new cell takes one object instead of seven arguments, and the
+Made once per session: a new cell takes one object instead of six arguments, and the
 session's count of uncollected completions lives where its cells keep it. Nothing in it refers
 to the session itself (a bound method of the session here would make every session a reference
 cycle, left to the cyclic collector).
