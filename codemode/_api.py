@@ -307,19 +307,29 @@ class StartedCell:
     belongs to this object until it is awaited (once) or released: `release()` (or leaving
     `async with started:`) gives it up without ending the cell, so the next `wait` observes
     the cell and gets the output the initial observation did not deliver. Dropping the object
-    releases it too (the finalizer only schedules the release on the provider's trio thread).
+    releases it too (its `__del__` only schedules the release on the provider's trio thread).
     Cancelling `initial_response()` releases it as well: nothing is lost, the next `wait` has
     the output.
     """
 
-    __slots__ = ("__weakref__", "_initial_response", "_release", "_settled", "cell_id")
+    __slots__ = (
+        "__weakref__",
+        "_dropped",
+        "_initial_response",
+        "_release",
+        "_settled",
+        "_token",
+        "cell_id",
+    )
 
     cell_id: CellId
     _initial_response: Callable[[], Awaitable[RuntimeResponse]]
     _release: Callable[[], None]
-    _settled: list[bool]
-    """[True] once the initial response was awaited or released: then dropping the object has
-    nothing left to release (shared with the finalizer, which cannot see the object)."""
+    _settled: bool
+    """True once the initial response was awaited or released: then dropping the object has
+    nothing left to release."""
+    _dropped: collections.deque[Callable[[], None]] | None
+    _token: Any
 
     def __init__(self) -> None:
         raise TypeError("StartedCell has no public constructor: Session.execute makes it")
@@ -332,26 +342,41 @@ class StartedCell:
         release: Callable[[], None],
         dropped: collections.deque[Callable[[], None]] | None = None,
     ) -> StartedCell:
-        """`dropped`: where the finalizer also puts `release`, for the session to run it
-        before its next observation (`_release_dropped`)."""
-        import weakref
-
+        """`dropped`: where `__del__` also puts `release`, for the session to run it before
+        its next observation (`_release_dropped`)."""
         import trio
 
+        token = trio.lowlevel.current_trio_token()
         started = object.__new__(cls)
         started.cell_id = cell_id
         started._initial_response = initial_response
         started._release = release
-        started._settled = settled = [False]
-        token = trio.lowlevel.current_trio_token()
-        weakref.finalize(started, _release_soon, token, release, dropped, settled)
+        started._settled = False
+        started._dropped = dropped
+        started._token = token
         return started
+
+    def __del__(self) -> None:
+        # Not `weakref.finalize`: it kept a registry entry and a weak reference per cell, a
+        # few percent of a trivial cell's instructions on the client. A `__del__` may run at
+        # any point of any thread (PEP 442 collects a cycle that holds it): it only schedules
+        # the release, and leaves it where the session's next observation runs it first.
+        # Nothing to do for a cell whose initial response was taken: the host drops one such
+        # StartedCell per cell, and queueing their releases kept every cell alive (the soak).
+        if self._settled:
+            return
+        if self._dropped is not None:
+            self._dropped.append(self._release)  # atomic: a deque needs no lock
+        try:
+            self._token.run_sync_soon(self._release)
+        except RuntimeError:
+            pass  # trio.RunFinishedError: the provider's trio run is over; so is the cell
 
     @staticmethod
     def _release_dropped(dropped: collections.deque[Callable[[], None]]) -> None:
         """Run the releases of a session's `StartedCell`s dropped since the last call.
 
-        A session calls it before an observation: the finalizer's scheduled release runs
+        A session calls it before an observation: the release `__del__` scheduled runs
         only at a later checkpoint, and a `wait` attaches its observer before its first
         checkpoint, so it found a dropped cell's initial observation still held
         (`ObserverBusyError`; `test_dropping_the_started_cell_frees_the_observer_slot` failed
@@ -368,13 +393,13 @@ class StartedCell:
             RuntimeEndedError: the cell went away without answering.
             CodeModeError: the initial response was already taken or released.
         """
-        self._settled[0] = True
+        self._settled = True
         return await self._initial_response()
 
     def release(self) -> None:
         """Give the initial observation up without ending the cell (idempotent; no effect once
         the initial response is being awaited or was taken)."""
-        self._settled[0] = True
+        self._settled = True
         self._release()
 
     async def __aenter__(self) -> StartedCell:
@@ -385,28 +410,6 @@ class StartedCell:
 
     def __repr__(self) -> str:
         return f"StartedCell(cell_id={self.cell_id!r})"
-
-
-def _release_soon(
-    token: Any,
-    release: Callable[[], None],
-    dropped: collections.deque[Callable[[], None]] | None,
-    settled: list[bool],
-) -> None:
-    # A finalizer may run at any point of any thread: it only schedules the release, and
-    # leaves it where the session's next observation runs it first (`_release_dropped`).
-    # Nothing to do for a cell whose initial response was taken: the host drops one such
-    # StartedCell per cell, and queueing their releases kept every cell alive (the soak).
-    if settled[0]:
-        return
-    import trio
-
-    if dropped is not None:
-        dropped.append(release)  # atomic: a deque needs no lock for append and popleft
-    try:
-        token.run_sync_soon(release)
-    except trio.RunFinishedError:
-        pass  # the provider's trio run is over; so is the cell
 
 
 class Session(Protocol):
