@@ -1,15 +1,18 @@
 """The benchmark table still runs and writes its JSON (benchmarks/table.py), so the instrument
 does not rot between the runs that matter. Smoke mode: two or three repetitions of a subset of
-the scripts; no timing is asserted, only the shape of what is written."""
+the scripts; no timing is asserted, only the shape of what is written. The instruction counter
+(benchmarks/instructions.py) is checked without valgrind: how it reads callgrind's files, and
+that the workloads it counts run."""
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
+import pytest
 import trio
 
-from benchmarks import chart, engine_bench, table
+from benchmarks import chart, engine_bench, instructions, table
 from benchmarks._measure import SCHEMA, Config, read_json, render, write_json
 from tests.typecheck import ROOT
 
@@ -45,3 +48,29 @@ async def test_the_table_runs_in_smoke_mode_and_writes_its_schema(tmp_path: Path
 
 def test_nox_installs_the_wheel_the_engine_benchmark_names() -> None:
     assert f'"{engine_bench.WHEEL}"' in (ROOT / "noxfile.py").read_text()
+
+
+def test_the_instruction_counts_are_read_per_thread(tmp_path: Path) -> None:
+    def write(name: str, total: int) -> None:
+        header = "version: 1\ncreator: callgrind-3.19.0\npid: 7\nthread: 1\nevents: Ir\n"
+        (tmp_path / name).write_text(f"{header}summary: {total}\n\nfn=main\n1 {total}\n")
+
+    write("host-text-long.7-01", 5_000)
+    write("host-text-long.7-02", 300)
+    write("host-text-long.7-03", 40)
+    assert instructions.thread_counts(tmp_path / "host-text-long") == (5_000, 340)
+
+    write("host-text-short.8-01", 1_000)
+    write("host-text-short.9-01", 1_000)
+    with pytest.raises(ValueError, match="more than one process"):
+        instructions.thread_counts(tmp_path / "host-text-short")
+    with pytest.raises(FileNotFoundError):
+        instructions.thread_counts(tmp_path / "client-text-long")
+
+
+@pytest.mark.parametrize("component", ["client", "in-process"])
+async def test_the_counted_workloads_run(component: str) -> None:
+    # What runs under valgrind, run here without it: the cells must complete.
+    with trio.fail_after(30):
+        for workload in instructions.WORKLOADS:
+            await instructions.run_cells(component, workload, 2)

@@ -1,0 +1,198 @@
+"""Instructions per cell, counted by callgrind: the measure of a change to a cell's path that
+timings on a noisy machine cannot show (a 5 % gain hides in the development VM's drift).
+
+Each component's process runs twice under `valgrind --tool=callgrind --separate-threads=yes`:
+with `WARM` cells, and with `WARM + cells` cells. The difference of the two counts, divided by
+`cells`, is what one more cell costs: start-up, imports and teardown cancel out. Components:
+- `client`: the process provider's side (the caller's process; the host runs natively);
+- `host`: the host process (`codemode-host`; the caller runs natively);
+- `in-process`: the in-process provider's process.
+
+Each is reported for its trio thread (the process's main thread: the Python a cell costs) and
+for its other threads together (in `host` and `in-process` the engine's workers and preparer).
+Workloads: `text` is `text("hi")`; `tool` is one `await tools.echo({})` and then `text("ok")`.
+
+The count of one version varies by 1-3 % from run to run (how many scheduler passes a cell took
+depends on timing, even under valgrind), now and then more: compare the medians of `--repeat 3`
+or more. To compare two versions, run this in a checkout of each (`git worktree add`, with its
+own virtual environment and build), one after the other, on a machine that is otherwise quiet.
+
+Run: `python -m benchmarks.instructions [--cells 400] [--repeat 1] [--only client,host,in-process]
+[--workloads text,tool]` (from the repository's root; needs `valgrind` on the PATH; about a
+minute per component, workload and repeat).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+import trio
+
+import codemode
+from benchmarks._cells import Delegate, run_cell
+
+COMPONENTS = ("client", "host", "in-process")
+WORKLOADS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "text": ('text("hi")', ()),
+    "tool": ('await tools.echo({}); text("ok")', ("echo",)),
+}
+WARM = 20
+"""Cells of the shorter run: the longer one's first cells are as warm as these."""
+VALGRIND_TIMEOUT_S = 600
+
+
+def callgrind(prefix: Path) -> list[str]:
+    """The valgrind command line writing one file per thread at `prefix.<pid>-<thread>`."""
+    return [
+        "valgrind",
+        "--quiet",
+        "--tool=callgrind",
+        "--separate-threads=yes",
+        f"--callgrind-out-file={prefix}.%p",
+    ]
+
+
+def counted(path: Path) -> int:
+    """The instructions a callgrind output file counted (its `summary:` or `totals:` line)."""
+    with path.open() as lines:
+        for line in lines:
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split(":", 1)[1].split()[0])
+    raise ValueError(f"{path} holds no callgrind summary")
+
+
+def thread_counts(prefix: Path) -> tuple[int, int]:
+    """(the main thread's instructions, every other thread's) of the one process whose
+    callgrind files start with `prefix`."""
+    files = sorted(prefix.parent.glob(f"{prefix.name}.*-*"))
+    if not files:
+        raise FileNotFoundError(f"callgrind wrote no file at {prefix}.*")
+    if len({path.name.rsplit("-", 1)[0] for path in files}) != 1:
+        raise ValueError(f"more than one process wrote files at {prefix}.*")
+    main = other = 0
+    for path in files:
+        if path.name.endswith("-01"):
+            main += counted(path)
+        else:
+            other += counted(path)
+    return main, other
+
+
+async def run_cells(component: str, workload: str, cells: int, host: Sequence[str] = ()) -> None:
+    """Run `cells` sequential cells of `workload` through the component's provider (`host`:
+    the command of the host process, for the `host` component)."""
+    source, tools = WORKLOADS[workload]
+    opened: AbstractAsyncContextManager[Any]
+    if component == "in-process":
+        opened = codemode.open_in_process_provider()
+    else:
+        # Long bounds: a host under valgrind starts and stops about fifty times slower.
+        opened = codemode.open_process_provider(
+            host_command=list(host) or None, handshake_timeout=120, shutdown_timeout=120
+        )
+    async with opened as provider:
+        session = await provider.create_session()
+        delegate = Delegate()
+        for _ in range(cells):
+            await run_cell(session, source, delegate, tools)
+
+
+def count_run(component: str, workload: str, cells: int, prefix: Path) -> tuple[int, int]:
+    """One run of `cells` cells with the component's process under callgrind; its counts."""
+    if component == "host":
+        host = [*callgrind(prefix), sys.executable, "-m", "codemode_host"]
+        trio.run(run_cells, component, workload, cells, host)
+    else:
+        child = [sys.executable, "-m", "benchmarks.instructions", "--child"]
+        child += [component, workload, str(cells)]
+        done = subprocess.run(
+            [*callgrind(prefix), *child],
+            timeout=VALGRIND_TIMEOUT_S,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"the counted run failed ({done.returncode}):\n{done.stderr[-2000:]}"
+            )
+    return thread_counts(prefix)
+
+
+def per_cell(component: str, workload: str, cells: int, directory: Path) -> tuple[float, float]:
+    """Instructions one more cell costs the component: (trio thread, other threads)."""
+    short = count_run(component, workload, WARM, directory / f"{component}-{workload}-short")
+    long = count_run(component, workload, WARM + cells, directory / f"{component}-{workload}-long")
+    return (long[0] - short[0]) / cells, (long[1] - short[1]) / cells
+
+
+def measure(
+    components: Sequence[str], workloads: Sequence[str], cells: int, repeat: int
+) -> list[tuple[str, str, list[float], list[float]]]:
+    """For each component and workload, `repeat` measurements of `per_cell`."""
+    rows = []
+    for component in components:
+        for workload in workloads:
+            trio_counts: list[float] = []
+            other_counts: list[float] = []
+            for _ in range(repeat):
+                with tempfile.TemporaryDirectory(prefix="codemode-callgrind-") as directory:
+                    main, other = per_cell(component, workload, cells, Path(directory))
+                trio_counts.append(main)
+                other_counts.append(other)
+                print(f"  {component} {workload}: {main:,.0f} / {other:,.0f}", flush=True)
+            rows.append((component, workload, trio_counts, other_counts))
+    return rows
+
+
+def render(rows: Sequence[tuple[str, str, list[float], list[float]]]) -> str:
+    lines = [
+        f"{'component':<11} {'workload':<8} {'trio thread':>12} {'(min-max)':>21}"
+        f" {'other threads':>14}"
+    ]
+    for component, workload, trio_counts, other_counts in rows:
+        spread = f"{min(trio_counts):,.0f}-{max(trio_counts):,.0f}"
+        lines.append(
+            f"{component:<11} {workload:<8} {statistics.median(trio_counts):>12,.0f}"
+            f" {spread:>21} {statistics.median(other_counts):>14,.0f}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cells", type=int, default=400, help="cells of the difference")
+    parser.add_argument("--repeat", type=int, default=1, help="measurements of each figure")
+    parser.add_argument("--only", default=",".join(COMPONENTS), help="components to count")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="workloads to run")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    arguments = parser.parse_args(argv)
+    if arguments.child:
+        component, workload, cells = arguments.child
+        trio.run(run_cells, component, workload, int(cells))
+        return
+    components = [name for name in arguments.only.split(",") if name]
+    workloads = [name for name in arguments.workloads.split(",") if name]
+    unknown = (set(components) - set(COMPONENTS)) | (set(workloads) - set(WORKLOADS))
+    if unknown:
+        parser.error(f"unknown components or workloads: {sorted(unknown)}")
+    if arguments.cells < 1 or arguments.repeat < 1:
+        parser.error("--cells and --repeat must be at least 1")
+    if shutil.which("valgrind") is None:
+        parser.error("valgrind is not on the PATH (the counts are callgrind's)")
+    print(f"instructions per cell ({arguments.cells} cells; trio thread / other threads):")
+    rows = measure(components, workloads, arguments.cells, arguments.repeat)
+    print(render(rows))
+
+
+if __name__ == "__main__":
+    main()
