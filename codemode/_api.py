@@ -363,7 +363,7 @@ class StartedCell:
         # the release, and leaves it where the session's next observation runs it first.
         # Nothing to do for a cell whose initial response was taken: the host drops one such
         # StartedCell per cell, and queueing their releases kept every cell alive (the soak).
-        if self._settled:
+        if getattr(self, "_settled", True):  # True also for `StartedCell()`, which raised
             return
         if self._dropped is not None:
             self._dropped.append(self._release)  # atomic: a deque needs no lock

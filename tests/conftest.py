@@ -84,8 +84,8 @@ class _DurationCheckedSession:
             return _checked_response(await started.initial_response(), self._timed)
 
         # The wrapped cell's own release, not its bound `release`: that would keep the wrapped
-        # StartedCell alive until the release scheduled by this one's finalizer ran, and its
-        # own finalizer (which lets the session's next wait release it first) with it.
+        # StartedCell alive until the release scheduled by this one's `__del__` ran, and its
+        # own `__del__` (which lets the session's next wait release it first) with it.
         return StartedCell._create(started.cell_id, initial_response, started._release)
 
     def _outcome(self, outcome: WaitOutcome) -> WaitOutcome:

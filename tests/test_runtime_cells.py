@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import trio
 import trio.testing
@@ -19,6 +21,7 @@ from codemode import (
     MissingCell,
     NestedToolCall,
     Session,
+    StartedCell,
     Terminated,
     ToolError,
     WaitRequest,
@@ -434,7 +437,7 @@ async def test_dropping_the_started_cell_frees_the_observer_slot(
         del started
         # The notification follows the text: once the delegate has it, the output is buffered.
         await delegate.until(lambda: len(delegate.notifications) == 1)
-        # The finalizer schedules the release with run_sync_soon: let it run.
+        # Its `__del__` schedules the release with run_sync_soon: let it run.
         await trio.testing.wait_all_tasks_blocked()
         outcome = await session.wait(wait_request(yield_time_ms=1))
         await session.terminate("1")
@@ -444,7 +447,7 @@ async def test_dropping_the_started_cell_frees_the_observer_slot(
 async def test_a_wait_right_after_dropping_the_started_cell_observes_it(
     session: Session, delegate: RecordingDelegate
 ) -> None:
-    # The finalizer only schedules the release; a wait attaches before its first checkpoint,
+    # Its `__del__` only schedules the release; a wait attaches before its first checkpoint,
     # so it runs the dropped cells' releases first (it met ObserverBusyError before).
     with trio.fail_after(10):
         started = await execute(
@@ -455,6 +458,14 @@ async def test_a_wait_right_after_dropping_the_started_cell_observes_it(
         outcome = await session.wait(wait_request(yield_time_ms=1))
         await session.terminate("1")
     assert texts(outcome) == ["kept"]
+
+
+def test_a_started_cell_has_no_public_constructor() -> None:
+    # Also not on its way out: the half-made object's `__del__` must not raise (pytest turns
+    # an unraisable exception into an error).
+    with pytest.raises(TypeError, match="no public constructor"):
+        StartedCell()
+    gc.collect()
 
 
 async def test_tool_exceptions_reject_the_promise(session: Session) -> None:
