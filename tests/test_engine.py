@@ -647,6 +647,25 @@ async def test_a_cell_takes_a_prepared_runtime_and_the_pool_refills() -> None:
     assert engine.heap_total == 0  # closing freed the prepared runtimes too
 
 
+async def test_the_pool_refills_while_the_cells_that_emptied_it_still_compute() -> None:
+    # The worker that ran a start wakes the preparer after the turn (engine rule 15); a start
+    # that takes the last prepared runtime wakes it at once, so turns that never end cannot
+    # keep the pool empty.
+    async with open_engine(workers=2, prepared_cells=2) as engine:
+        with trio.fail_after(10):
+            assert await engine.wait_prepared()
+            spinning = [engine.start_cell('text("spin"); while (true) {}') for _ in range(2)]
+            for cell in spinning:
+                await wait_for(cell, lambda event: isinstance(event, TextOutput))
+            assert engine.prepared_taken >= 2
+            assert await engine.wait_prepared()
+            assert engine.prepared_cells == 2
+            for cell in spinning:
+                cell.interrupt()
+                await wait_for(cell, lambda event: isinstance(event, Finished))
+                cell.close()
+
+
 async def test_prepared_runtimes_take_each_cells_own_limits_and_configuration() -> None:
     async with open_engine(workers=1, prepared_cells=3) as engine:
         assert await engine.wait_prepared()

@@ -75,6 +75,12 @@
  *    checks its condition under the lock before it waits, so no wake-up is lost; a signal that
  *    comes late finds at worst a waiter with nothing to do, which waits again. (The host's
  *    trio thread made four futex wake-ups a cell of this kind before, two after.)
+ * 15. The preparer is woken by the worker that ran a start, after its turn, not by the thread
+ *    that started the cell: waking a sleeping thread costs its waker 8-10 us on the development
+ *    VM (the futex system call that wakes it), and the caller of `start_cell` is the host's trio
+ *    thread, which serves every session. Every worker checks the pool after each turn, so a
+ *    long turn delays the refill only until another turn ends; a start that empties the pool
+ *    wakes the preparer itself, at once.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -256,6 +262,7 @@ struct engine {
     int64_t prepared_taken; /* cells that started on a prepared runtime */
     bool prepare_failed;
     pthread_cond_t prepare_wanted;
+    bool preparer_resting; /* waiting on prepare_wanted (rule 15) */
     pthread_t preparer;
     bool preparer_started;
     pthread_cond_t prepared_changed; /* for wait_prepared and wait_trimmed (tests, benchmarks) */
@@ -1387,6 +1394,14 @@ static bool enqueue(engine_t *e, cell_t *c, command_t *cmd)
     return queued;
 }
 
+/* Rule 15: the pool is short of prepared cells and the preparer rests; the caller holds
+   e->lock, and signals prepare_wanted once it let go of it. */
+static bool refill_wanted_locked(engine_t *e)
+{
+    return e->preparer_resting && !e->prepare_failed && !e->stopping &&
+           e->nprepared < e->prepared_target;
+}
+
 static void *worker_main(void *arg)
 {
     engine_t *e = arg;
@@ -1427,6 +1442,7 @@ static void *worker_main(void *arg)
         pthread_mutex_lock(&e->lock);
         e->turns_completed++;
         c->js_freed = c->rt == NULL;
+        bool refill = refill_wanted_locked(e);
         if (c->cmd_head) {
             /* More work arrived during the turn: back of the queue, for fairness. */
             c->run_next = NULL;
@@ -1435,9 +1451,16 @@ static void *worker_main(void *arg)
             else
                 e->rq_head = c;
             e->rq_tail = c;
+            if (refill) {
+                pthread_mutex_unlock(&e->lock);
+                pthread_cond_signal(&e->prepare_wanted);
+                pthread_mutex_lock(&e->lock);
+            }
         } else {
             c->scheduled = false;
             pthread_mutex_unlock(&e->lock);
+            if (refill)
+                pthread_cond_signal(&e->prepare_wanted);
             cell_release(c);
             pthread_mutex_lock(&e->lock);
         }
@@ -1452,8 +1475,11 @@ static void *preparer_main(void *arg)
     engine_t *e = arg;
     pthread_mutex_lock(&e->lock);
     for (;;) {
-        while (!e->stopping && (e->prepare_failed || e->nprepared >= e->prepared_target))
+        while (!e->stopping && (e->prepare_failed || e->nprepared >= e->prepared_target)) {
+            e->preparer_resting = true;
             pthread_cond_wait(&e->prepare_wanted, &e->lock);
+            e->preparer_resting = false;
+        }
         if (e->stopping)
             break;
         pthread_mutex_unlock(&e->lock);
@@ -2077,7 +2103,9 @@ static PyObject *Engine_start_cell(EngineObject *self, PyObject *args, PyObject 
         e->prepared_taken++;
     }
     e->prepare_failed = false;
-    refill = e->nprepared < e->prepared_target;
+    /* Rule 15: the worker that runs this start wakes the preparer after its turn, unless the
+       pool ran dry. */
+    refill = e->nprepared == 0 && refill_wanted_locked(e);
     pthread_mutex_unlock(&e->lock);
     if (!c) {
         c = calloc(1, sizeof(cell_t));
@@ -2148,7 +2176,8 @@ done:
     PyBuffer_Release(&source);
     PyBuffer_Release(&config);
     /* The preparer is woken last, after the worker (rule 14): a wake-up costs its waker about
-       10 us on a VM, which the cell's start need not wait for. */
+       10 us on a VM, which the cell's start need not wait for (nor, but for an empty pool,
+       the calling thread: rule 15). */
     if (refill)
         pthread_cond_signal(&e->prepare_wanted);
     return result;
