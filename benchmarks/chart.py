@@ -23,7 +23,12 @@ from benchmarks._measure import DEFAULT_JSON, Figure, Table, read_json
 DEFAULT_SVG = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.svg"
 RATIO_GOAL = re.compile(r"<= ([0-9.]+)x floor")
 RATE_GOAL = re.compile(r">= ([0-9,]+) cells/s")
-COLORS = {"in-process": "#4c78a8", "process": "#e45756", "other": "#9d9d9d"}
+COLORS = {
+    "in-process": "#4c78a8",
+    "process": "#e45756",
+    "thin-host": "#54a24b",
+    "other": "#9d9d9d",
+}
 FONT = 'font-family="sans-serif"'
 
 WIDTH = 1180
@@ -70,9 +75,7 @@ def _latency(figures: Sequence[Figure]) -> tuple[list[str], float]:
     for i, each in enumerate(rows):
         assert each.ratio is not None
         y = TOP + ROW * i
-        color = COLORS["in-process"] if "in-process" in each.key else COLORS["process"]
-        if not each.key.endswith("process"):
-            color = COLORS["other"]
+        color = COLORS.get(each.key.rsplit("/", 1)[-1], COLORS["other"])
         start, end = sorted((x(1.0), x(each.ratio)))
         out.append(_text(BAR_LEFT - 6, y + 4, each.key, "end"))
         out.append(

@@ -9,8 +9,13 @@ Items of the table (issue 10):
    tool-call turn;
 3. `Promise.all` of 100 tool calls whose delegate sleeps 10 ms; floor: `trio.sleep(0.010)`.
 
-Everything is opened at once (the floor child, a bare engine, both providers) and measured in
-rounds, so that the floors and the figures share the machine's changing load.
+Beside the process provider's figures of 1. and 2., the same cells through the thin host
+(`_thin.py`: trio, msgspec and the bare engine in a child, none of codemode's layers), against
+the same floors: what a host built on this engine costs at least, so what the process
+provider costs beyond it is what codemode's layers add.
+
+Everything is opened at once (the floor child, a bare engine, the thin host, both providers)
+and measured in rounds, so that the floors and the figures share the machine's changing load.
 
 Run: `python -m benchmarks.latency_bench [--quick]` (from the repository's root).
 """
@@ -26,7 +31,7 @@ import msgspec
 import trio
 from codemode_host.engine import open_engine
 
-from benchmarks import _engine_floors, _floors
+from benchmarks import _engine_floors, _floors, _thin
 from benchmarks._cells import PROVIDERS, Delegate, request, run_cell, timed_cell
 from benchmarks._measure import MS, US, Config, Figure, Stats, figure, standalone, stats
 from codemode import Completed, InputText, NestedToolCall, Session, ToolKind, ToolName
@@ -38,6 +43,7 @@ FAN_OUT = 100
 PROMISE_ALL = (
     f"await Promise.all(Array.from({{length: {FAN_OUT}}}, () => tools.sleep({{}}))); text('done')"
 )
+THIN_HOST = "thin host (trio, msgspec, bare engine)"
 ENVELOPE_BYTES = 32
 """What the wire adds to a message's own encoding (request id, session, tag): an estimate."""
 
@@ -71,6 +77,23 @@ async def _nested(session: Session, delegate: Delegate) -> list[float]:
     return [b - a for a, b in itertools.pairwise(delegate.arrivals)]
 
 
+async def _thin_nested(thin: _thin.ThinHost) -> list[float]:
+    """`_nested` through the thin host."""
+    thin.arrivals.clear()
+    thin.record_arrivals = True
+    try:
+        await thin.run_cell(NESTED)
+    finally:
+        thin.record_arrivals = False
+    return [b - a for a, b in itertools.pairwise(thin.arrivals)]
+
+
+async def _thin_cell(thin: _thin.ThinHost) -> float:
+    start = time.perf_counter()
+    await thin.run_cell(TRIVIAL)
+    return time.perf_counter() - start
+
+
 async def _sleeps(runs: int) -> list[float]:
     timings = []
     for _ in range(runs):
@@ -92,6 +115,7 @@ async def _measure(config: Config) -> dict[str, list[float]]:
     async with contextlib.AsyncExitStack() as stack:
         child = await stack.enter_async_context(_floors.open_floor_child())
         bare = await stack.enter_async_context(open_engine())
+        thin = await stack.enter_async_context(_thin.open_thin_host())
         sessions: dict[str, Session] = {}
         for name, opener in PROVIDERS.items():
             provider = await stack.enter_async_context(opener())
@@ -99,6 +123,7 @@ async def _measure(config: Config) -> dict[str, list[float]]:
         for _ in range(config.n(200, 50)):  # warm up: threads, allocator, caches
             await _floors.ping_pong(child, 1, EXECUTE_BYTES, COMPLETED_BYTES)
             await _engine_floors.round_trip(bare)
+            await thin.run_cell(TRIVIAL)
             for session in sessions.values():
                 await run_cell(session, TRIVIAL, delegate)
         for _ in range(rounds):
@@ -108,6 +133,8 @@ async def _measure(config: Config) -> dict[str, list[float]]:
             samples["engine"] += [await _engine_floors.round_trip(bare) for _ in range(each)]
             samples["engine call"] += await _engine_floors.tool_turns(bare, each)
             samples["sleep"] += await _sleeps(fan_outs)
+            samples["execute/thin-host"] += [await _thin_cell(thin) for _ in range(each)]
+            samples["tool/thin-host"] += await _thin_nested(thin)
             for name, session in sessions.items():
                 samples[f"execute/{name}"] += [
                     await timed_cell(session, TRIVIAL, delegate) for _ in range(each)
@@ -134,6 +161,8 @@ async def figures(config: Config) -> list[Figure]:
     call_label = (
         f"trio ping-pong with a trio+msgspec child, {ANSWER_BYTES} B out / {CALL_BYTES} B back"
     )
+    thin = stats(samples["execute/thin-host"], MS)
+    thin_call = stats(samples["tool/thin-host"], US)
     out: list[Figure] = []
     for name in PROVIDERS:
         value = stats(samples[f"execute/{name}"], MS)
@@ -148,9 +177,22 @@ async def figures(config: Config) -> list[Figure]:
                 pipe if process else engine,
                 pipe_label if process else 'bare engine, start_cell -> Finished of text("hi")',
                 goal="<= 3x floor" if process else None,
-                details=_second_floor(value, engine if process else pipe, process),
+                details=_second_floor(value, engine if process else pipe, process)
+                | (_thin_details(value, thin) if process else {}),
             )
         )
+    out.append(
+        figure(
+            "execute/thin-host",
+            1,
+            f'execute -> done of text("hi"), {THIN_HOST}',
+            "ms",
+            thin,
+            pipe,
+            pipe_label,
+            details=_second_floor(thin, engine, True),
+        )
+    )
     for name in PROVIDERS:
         value = stats(samples[f"tool/{name}"], US)
         process = name == "process"
@@ -164,9 +206,22 @@ async def figures(config: Config) -> list[Figure]:
                 pipe_call if process else engine_call,
                 call_label if process else "bare engine tool-call turn (settle -> next call)",
                 goal="<= 2x floor" if process else None,
-                details=_second_floor(value, engine_call if process else pipe_call, process),
+                details=_second_floor(value, engine_call if process else pipe_call, process)
+                | (_thin_details(value, thin_call) if process else {}),
             )
         )
+    out.append(
+        figure(
+            "tool/thin-host",
+            2,
+            f"nested tool round trip (1,000 sequential echo), per call, {THIN_HOST}",
+            "us",
+            thin_call,
+            pipe_call,
+            call_label,
+            details=_second_floor(thin_call, engine_call, True),
+        )
+    )
     for name in PROVIDERS:
         out.append(
             figure(
@@ -185,6 +240,10 @@ async def figures(config: Config) -> list[Figure]:
 def _second_floor(value: Stats, other: Stats, process: bool) -> dict[str, float]:
     name = "bare engine" if process else "ping-pong"
     return {f"{name} median": other.median, f"ratio to {name}": value.median / other.median}
+
+
+def _thin_details(value: Stats, thin: Stats) -> dict[str, float]:
+    return {"thin host median": thin.median, "ratio to thin host": value.median / thin.median}
 
 
 if __name__ == "__main__":

@@ -36,6 +36,8 @@ async def test_the_table_runs_in_smoke_mode_and_writes_its_schema(tmp_path: Path
     assert len(keys) == len(set(keys))
     for key in ("execute/process", "tool/process", "throughput/64/process", "engine/fib"):
         assert key in keys
+    for key in ("execute/thin-host", "tool/thin-host", "throughput/64/thin-host"):
+        assert key in keys
     for figure in loaded.figures:
         assert figure.value.n >= 1
         if figure.floor is not None and figure.floor.median > 0:
