@@ -13,7 +13,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -76,9 +76,11 @@ class ThinHost:
 
 
 @asynccontextmanager
-async def open_thin_host() -> AsyncIterator[ThinHost]:
+async def open_thin_host(command: Sequence[str] | None = None) -> AsyncIterator[ThinHost]:
+    """The thin host, started with `command` (default: `python -m benchmarks._thin_host`), as
+    long as the block runs."""
     process = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "benchmarks._thin_host"],
+        list(command or [sys.executable, "-m", "benchmarks._thin_host"]),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         cwd=ROOT,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from benchmarks import chart, engine_bench, instructions, table
+from benchmarks import chart, engine_bench, instructions, table, timeline
 from benchmarks._measure import SCHEMA, Config, read_json, render, write_json
 from tests.typecheck import ROOT
 
@@ -76,3 +76,17 @@ async def test_the_counted_workloads_run(component: str) -> None:
     with trio.fail_after(30):
         for workload in instructions.WORKLOADS:
             await instructions.run_cells(component, workload, 2)
+
+
+async def test_the_timeline_probes_both_hosts() -> None:
+    # The probes patch the engine's start_cell and _dispatch: a rename must fail here.
+    with trio.fail_after(60):
+        timelines = await timeline.measure(20)
+    for name, found in timelines.items():
+        labels = [step.label for step in found.steps]
+        assert (labels[0], labels[-1]) == ("C01", "C51"), name
+        assert {"W1", "r1", "s01", "s11", "d1", "w1", "R1"} <= set(labels), name
+        assert 1 <= found.usual <= found.cells == 20
+        ats = [step.at for step in found.steps]
+        assert ats == sorted(ats)
+    assert "C31" in [step.label for step in timelines["process provider"].steps]
