@@ -6,10 +6,11 @@ clock is `CLOCK_MONOTONIC`, shared by every process of the machine, so the host'
 client's events can be merged into one timeline.
 
 Run as a host program (`python benchmarks/_timeline_probe.py {codemode,thin} LOG CELLS`), it
-installs the host's probes (`r`/`w`: a read or write of the process; `s0`/`s1`: entering and
-leaving `Engine.start_cell`; `d`: a batch of engine events dispatched) and runs the codemode
-host or the thin host (`_thin_host.py`); when the engine is asked to start cell number `CELLS
-+ 1`, it writes what it recorded to `LOG`.
+installs the host's probes and runs the codemode host or the thin host (`_thin_host.py`):
+`r`/`w`, a read or write of the process; `s0`/`s1`, entering and leaving `Engine.start_cell`;
+`d`, a batch of engine events dispatched; `i`, the trio thread out of work, entering trio's
+epoll wait with a timeout (which returns at once if an event is ready). When the engine is
+asked to start cell number `CELLS + 1`, it writes what it recorded to `LOG`.
 """
 
 from __future__ import annotations
@@ -95,6 +96,19 @@ def _probe_engine(recorder: Recorder, log: Path, cells: int) -> None:
     _engine.Engine._dispatch = probed_dispatch  # type: ignore[method-assign]
 
 
+def _probe_idle(recorder: Recorder) -> None:
+    from trio._core import _io_epoll
+
+    get_events = _io_epoll.EpollIOManager.get_events
+
+    def probed_get_events(self: _io_epoll.EpollIOManager, timeout: float) -> Any:
+        if timeout > 0:
+            recorder.mark("i")
+        return get_events(self, timeout)
+
+    _io_epoll.EpollIOManager.get_events = probed_get_events  # type: ignore[method-assign]
+
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -105,6 +119,7 @@ def main() -> None:
     recorder = Recorder()
     recorder.record_io("r", "w")
     _probe_engine(recorder, log, cells)
+    _probe_idle(recorder)
     if host == "thin":
         import trio
 

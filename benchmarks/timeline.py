@@ -12,6 +12,7 @@ the event before. Labels:
     r   the host reads               w   the host writes
     s0  `Engine.start_cell` called   s1  it returned
     d   the host dispatched a batch of the engine's events
+    i   the host's trio thread is out of work: it enters trio's epoll wait with a timeout
     C3  `execute` returned (`ExecutionStarted`; codemode only)
     C5  the cell's initial response returned (the thin host: its `DONE`)
 
