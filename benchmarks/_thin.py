@@ -24,6 +24,8 @@ from benchmarks._thin_host import ANSWER, CALL, EXECUTE, FrameWriter, Message, r
 from codemode._trio import open_service_nursery
 
 ROOT = Path(__file__).resolve().parent.parent
+LABEL = "thin host (trio, msgspec, bare engine)"
+"""How the tables name it."""
 CLOSE_SECONDS = 5.0
 
 

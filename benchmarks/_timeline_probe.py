@@ -29,13 +29,18 @@ class Recorder:
 
     def __init__(self) -> None:
         self.events: list[tuple[str, int]] = []
+        self._recording = False
         self._unpatch: list[Callable[[], None]] = []
 
     def mark(self, label: str) -> None:
-        self.events.append((label, time.perf_counter_ns()))
+        """Record `label` now, if between `record_io` and `stop` (not, say, in a warm-up)."""
+        if self._recording:
+            self.events.append((label, time.perf_counter_ns()))
 
     def record_io(self, read_label: str, write_label: str) -> None:
-        """Mark every `os.read` (when it returns) and `os.write` (when it is called)."""
+        """Start recording: marks, and every `os.read` (when it returns) and `os.write` (when
+        it is called)."""
+        self._recording = True
         read, write = os.read, os.write
         mark = self.mark
 
@@ -52,6 +57,7 @@ class Recorder:
         self._unpatch.append(functools.partial(_restore_io, read, write))
 
     def stop(self) -> None:
+        self._recording = False
         while self._unpatch:
             self._unpatch.pop()()
 

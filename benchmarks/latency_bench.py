@@ -26,6 +26,8 @@ import collections
 import contextlib
 import itertools
 import time
+from collections.abc import Awaitable
+from typing import Protocol
 
 import msgspec
 import trio
@@ -43,7 +45,6 @@ FAN_OUT = 100
 PROMISE_ALL = (
     f"await Promise.all(Array.from({{length: {FAN_OUT}}}, () => tools.sleep({{}}))); text('done')"
 )
-THIN_HOST = "thin host (trio, msgspec, bare engine)"
 ENVELOPE_BYTES = 32
 """What the wire adds to a message's own encoding (request id, session, tag): an estimate."""
 
@@ -66,26 +67,23 @@ CALL_BYTES = _size(
 ANSWER_BYTES = _size({})
 
 
-async def _nested(session: Session, delegate: Delegate) -> list[float]:
-    """One cell of 1,000 sequential tool calls: the times between successive calls."""
-    delegate.arrivals.clear()
-    delegate.record_arrivals = True
-    try:
-        await run_cell(session, NESTED, delegate, ["echo"])
-    finally:
-        delegate.record_arrivals = False
-    return [b - a for a, b in itertools.pairwise(delegate.arrivals)]
+class _Answerer(Protocol):
+    """What answers the tool calls and times their arrivals: a `Delegate` or the thin host."""
+
+    arrivals: list[float]
+    record_arrivals: bool
 
 
-async def _thin_nested(thin: _thin.ThinHost) -> list[float]:
-    """`_nested` through the thin host."""
-    thin.arrivals.clear()
-    thin.record_arrivals = True
+async def _call_gaps(answerer: _Answerer, cell: Awaitable[object]) -> list[float]:
+    """Run `cell` (one cell of `NESTED`, its calls answered by `answerer`): the times between
+    successive calls."""
+    answerer.arrivals.clear()
+    answerer.record_arrivals = True
     try:
-        await thin.run_cell(NESTED)
+        await cell
     finally:
-        thin.record_arrivals = False
-    return [b - a for a, b in itertools.pairwise(thin.arrivals)]
+        answerer.record_arrivals = False
+    return [b - a for a, b in itertools.pairwise(answerer.arrivals)]
 
 
 async def _thin_cell(thin: _thin.ThinHost) -> float:
@@ -134,12 +132,13 @@ async def _measure(config: Config) -> dict[str, list[float]]:
             samples["engine call"] += await _engine_floors.tool_turns(bare, each)
             samples["sleep"] += await _sleeps(fan_outs)
             samples["execute/thin-host"] += [await _thin_cell(thin) for _ in range(each)]
-            samples["tool/thin-host"] += await _thin_nested(thin)
+            samples["tool/thin-host"] += await _call_gaps(thin, thin.run_cell(NESTED))
             for name, session in sessions.items():
                 samples[f"execute/{name}"] += [
                     await timed_cell(session, TRIVIAL, delegate) for _ in range(each)
                 ]
-                samples[f"tool/{name}"] += await _nested(session, delegate)
+                nested = run_cell(session, NESTED, delegate, ["echo"])
+                samples[f"tool/{name}"] += await _call_gaps(delegate, nested)
                 samples[f"promise_all/{name}"] += [
                     await timed_cell(session, PROMISE_ALL, delegate, ["sleep"])
                     for _ in range(fan_outs)
@@ -185,7 +184,7 @@ async def figures(config: Config) -> list[Figure]:
         figure(
             "execute/thin-host",
             1,
-            f'execute -> done of text("hi"), {THIN_HOST}',
+            f'execute -> done of text("hi"), {_thin.LABEL}',
             "ms",
             thin,
             pipe,
@@ -214,7 +213,7 @@ async def figures(config: Config) -> list[Figure]:
         figure(
             "tool/thin-host",
             2,
-            f"nested tool round trip (1,000 sequential echo), per call, {THIN_HOST}",
+            f"nested tool round trip (1,000 sequential echo), per call, {_thin.LABEL}",
             "us",
             thin_call,
             pipe_call,

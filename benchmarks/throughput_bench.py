@@ -149,7 +149,7 @@ async def figures(config: Config) -> list[Figure]:
                     f"throughput/{count}/{name}",
                     5,
                     f"cells/s, {sessions}, one tool call, "
-                    + ("thin host (trio, msgspec, bare engine)" if name == THIN_HOST else name),
+                    + (_thin.LABEL if name == THIN_HOST else name),
                     "cells/s",
                     single(run.rate),
                     single(reference.rate) if name != "in-process" else None,
