@@ -33,6 +33,8 @@ from ._api import Terminated as Terminated
 from ._api import ToolDefinition as ToolDefinition
 from ._api import ToolKind as ToolKind
 from ._api import ToolName as ToolName
+from ._api import ToolThreadLimits as ToolThreadLimits
+from ._api import ToolThreadStatistics as ToolThreadStatistics
 from ._api import WaitOutcome as WaitOutcome
 from ._api import WaitRequest as WaitRequest
 from ._api import Yielded as Yielded
@@ -101,6 +103,8 @@ __all__ = [
     "ToolKind",
     "ToolName",
     "ToolOutput",
+    "ToolThreadLimits",
+    "ToolThreadStatistics",
     "Toolbox",
     "UnsupportedPlatformError",
     "WaitOutcome",

@@ -24,6 +24,8 @@ from ._limits import MAX_PENDING_OUTPUT_BYTES as MAX_PENDING_OUTPUT_BYTES
 from ._limits import AdmissionLimits as AdmissionLimits
 from ._limits import CellInfo as CellInfo
 from ._limits import CellLimits as CellLimits
+from ._limits import ToolThreadLimits as ToolThreadLimits
+from ._limits import ToolThreadStatistics as ToolThreadStatistics
 from .errors import InvalidRequestError
 
 CellId: TypeAlias = str

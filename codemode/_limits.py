@@ -113,6 +113,47 @@ class AdmissionLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
                 )
 
 
+class ToolThreadLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The threads a provider runs plain (sync) tools in (`docs/limits.md`).
+
+    Parameters:
+        max_running: sync tool calls running at once; more wait for a thread. These threads
+            are the provider's own, apart from trio's default thread limiter (which the
+            application, DNS lookups and image preparation use).
+        max_abandoned: threads of cancelled calls (their cell ended) that still run, because
+            Python cannot stop a thread. They give their place back to live calls at once,
+            but while this many still run, a new sync tool call fails at once with
+            `tool <name> was not run: <N> threads of cancelled tool calls are still running
+            (the limit is <N>)` instead of waiting.
+    """
+
+    max_running: int = 40
+    max_abandoned: int = 64
+
+    def __post_init__(self) -> None:
+        for name in self.__struct_fields__:
+            if getattr(self, name) < 1:
+                raise InvalidRequestError(
+                    f"invalid code-mode tool thread limits: {name} must be at least 1"
+                )
+
+
+class ToolThreadStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """What a provider's sync tool threads hold now (`provider.tool_thread_statistics()`).
+
+    Parameters:
+        running: sync tool calls running in a thread.
+        waiting: sync tool calls waiting for a thread.
+        abandoned: threads of cancelled calls that still run.
+        limits: the provider's `ToolThreadLimits`.
+    """
+
+    running: int
+    waiting: int
+    abandoned: int
+    limits: ToolThreadLimits
+
+
 class CellInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One live cell of a session, as `Session.cells()` reports it (for capacity).
 

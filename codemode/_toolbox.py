@@ -7,11 +7,14 @@ Rules:
 1. A tool's arguments are validated before the function runs (`msgspec.convert`, strict): a
    rejection names the field (`... - at `$.city``) and reaches the cell's `catch` as a plain
    string, like every `ToolError` text.
-2. A `ToolError` raised by a tool passes through unchanged; any other exception becomes
+2. A `ToolError` raised by a tool passes through unchanged; anything else it raises (also
+   `SystemExit`, `KeyboardInterrupt` or asyncio's `CancelledError`: `_trio.contained`) becomes
    `tool <name> failed: <message>` for the cell and is logged with its traceback (logger
-   `codemode.toolbox`).
-3. A plain function runs in a worker thread (`trio.to_thread.run_sync`, abandoned on cancel): a
-   cell that ends while it blocks does not wait for it, and its late result is discarded.
+   `codemode.toolbox`). Only the call's own cancellation passes through.
+3. A plain function runs in a thread of the provider's own (`_tool_threads`: not trio's default
+   limiter, which the application shares), abandoned on cancel: a cell that ends while it
+   blocks does not wait for it, and its late result is discarded. A plain `on_notify` runs in
+   such a thread too, so a blocking handler never stalls the trio loop.
 4. Mistakes in a tool's definition (no annotations, `*args`, a name taken twice) raise when it
    is defined, never when a cell calls it.
 """
@@ -46,7 +49,12 @@ async def deliver_notification(
     if on_notify is None:
         log.info("notification from cell %s: %s", cell_id, text)
         return
-    result = on_notify(cell_id, text)
+    if inspect.iscoroutinefunction(on_notify):
+        await on_notify(cell_id, text)
+        return
+    from ._tool_threads import tool_threads_here  # not at import: it loads trio (rule 3)
+
+    result = await tool_threads_here().run("on_notify", functools.partial(on_notify, cell_id, text))
     if result is not None:
         await result
 
@@ -90,10 +98,10 @@ class _Tool:
             return await self.function(**arguments)
         # Imported here: `import codemode` must not load trio (the host imports
         # `codemode.protocol`, which stays sans-IO; tests/test_protocol.py checks it).
-        import trio
+        from ._tool_threads import tool_threads_here
 
         call = functools.partial(self.function, **arguments)
-        return await trio.to_thread.run_sync(call, abandon_on_cancel=True)
+        return await tool_threads_here().run(self.definition.name, call)
 
 
 class Toolbox:
@@ -205,8 +213,14 @@ class Toolbox:
             return msgspec.to_builtins(await tool.run(arguments))
         except ToolError:
             raise
-        except Exception as error:
-            logger.exception("tool %s failed (cell %s)", tool.definition.name, call.cell_id)
+        except BaseException as error:
+            from ._trio import contained  # not at import: it loads trio (rule 3)
+
+            if not contained(error):
+                raise  # the call's own cancellation
+            logger.error(
+                "tool %s failed (cell %s)", tool.definition.name, call.cell_id, exc_info=error
+            )
             raise ToolError(tool_failure_message(tool.definition.name, error)) from error
 
     async def notify(self, call_id: str, cell_id: CellId, text: str) -> None:

@@ -174,8 +174,16 @@ class ToolError(CodeModeError):
 
 
 def tool_failure_message(tool_name: str, error: BaseException) -> str:
-    """The rejection text of a tool call whose delegate raised something else than ToolError."""
-    return f"tool {tool_name} failed: {str(error) or type(error).__name__}"
+    """The rejection text of a tool call whose delegate raised something else than ToolError.
+
+    An exception that is not an `Exception` (`SystemExit`, `KeyboardInterrupt`, asyncio's
+    `CancelledError`) is named, since its text alone (`2`) says nothing.
+    """
+    text = str(error)
+    name = type(error).__name__
+    if not isinstance(error, Exception):
+        text = f"{name}: {text}" if text else name
+    return f"tool {tool_name} failed: {text or name}"
 
 
 class ErrorKind(enum.StrEnum):

@@ -12,6 +12,9 @@ Rules:
 3. After the provider's block, every operation raises `ProviderClosedError`.
 4. Admission (`AdmissionLimits`) is the provider's: its sessions share the active-cell and
    pending-call slots, as a host connection's do; requests in flight are a wire notion only.
+5. Delegate calls run in a detached nursery (`open_detached_nursery`) and sync tools in the
+   provider's own threads (`ToolThreads`): leaving the block waits at most `CLEANUP_GRACE` for
+   calls that ignore cancellation, and abandons them (logged).
 """
 
 from __future__ import annotations
@@ -34,10 +37,19 @@ from ._api import (
     SessionDelegate,
     StartedCell,
     Terminated,
+    ToolThreadLimits,
+    ToolThreadStatistics,
     WaitOutcome,
     WaitRequest,
 )
-from ._trio import CallWorkers, RunOnce, open_service_nursery
+from ._tool_threads import ToolThreads, use_tool_threads
+from ._trio import (
+    CLEANUP_GRACE,
+    CallWorkers,
+    RunOnce,
+    open_detached_nursery,
+    open_service_nursery,
+)
 from .errors import ProviderClosedError, SessionShuttingDownError, check_platform
 
 SHUTDOWN_TIMEOUT = 5.0
@@ -162,10 +174,19 @@ class InProcessSession:
 class InProcessProvider:
     """Creates sessions that run in this process. Made by `open_in_process_provider()`."""
 
-    def __init__(self, engine: Engine, nursery: trio.Nursery, admission: Admission) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        nursery: trio.Nursery,
+        admission: Admission,
+        calls: trio.Nursery,
+        tool_threads: ToolThreads,
+    ) -> None:
         self._engine = engine
         self._nursery = nursery
-        self._workers = CallWorkers(nursery, keep=PROVIDER_WORKERS)
+        self._workers = CallWorkers(calls, keep=PROVIDER_WORKERS)  # rule 5
+        self._tool_threads = tool_threads
+        use_tool_threads(self._workers.context, tool_threads)
         self._watch = CellWatch(nursery)  # ends when the provider's nursery is cancelled
         self._admission = admission
         self._sessions: set[InProcessSession] = set()
@@ -198,6 +219,10 @@ class InProcessProvider:
         self._sessions.add(session)
         return session
 
+    def tool_thread_statistics(self) -> ToolThreadStatistics:
+        """What the threads of the sessions' sync tools hold now (`docs/limits.md`)."""
+        return self._tool_threads.statistics()
+
     def _forget(self, session: InProcessSession) -> None:
         self._sessions.discard(session)
 
@@ -217,17 +242,20 @@ async def _shut_down_quietly(session: InProcessSession) -> None:
 
 @asynccontextmanager
 async def open_in_process_provider(
-    *, admission: AdmissionLimits | None = None
+    *, admission: AdmissionLimits | None = None, tool_threads: ToolThreadLimits | None = None
 ) -> AsyncIterator[InProcessProvider]:
     """A provider whose sessions run in the caller's trio loop, for the block's duration.
 
     Args:
         admission: the capacity its sessions share (rule 4; default `AdmissionLimits()`).
             The engine may grow to at least `max_active_cells` workers.
+        tool_threads: the threads its sessions' sync tools run in (default
+            `ToolThreadLimits()`; `docs/limits.md`).
 
     Resource handling: on exit every session is shut down (its cells terminated, each
-    `cell_closed` called), then delegate calls still running are cancelled and the engine's
-    threads are joined. The shutdown is shielded and bounded by SHUTDOWN_TIMEOUT.
+    `cell_closed` called; shielded, at most SHUTDOWN_TIMEOUT), then delegate calls still
+    running are cancelled and waited for at most CLEANUP_GRACE (those that ignore
+    cancellation are abandoned and logged, rule 5), and the engine's threads are joined.
 
     Error handling: an exception raised in the block leaves it as itself (never wrapped in an
     `ExceptionGroup`). On a system other than Linux, entering the block raises
@@ -235,11 +263,13 @@ async def open_in_process_provider(
     """
     check_platform()
     limits = admission or AdmissionLimits()
+    threads = ToolThreads(tool_threads)
     async with (
         open_engine(max_workers=worker_ceiling(limits)) as engine,
+        open_detached_nursery(bound=CLEANUP_GRACE) as calls,
         open_service_nursery() as nursery,
     ):
-        provider = InProcessProvider(engine, nursery, Admission(limits))
+        provider = InProcessProvider(engine, nursery, Admission(limits), calls, threads)
         try:
             yield provider
         finally:

@@ -151,7 +151,7 @@ class Requests:
         self._nursery = nursery
         self._workers = CallWorkers(nursery, keep=HOST_WORKERS)
         self._watch = CellWatch(nursery)  # ends when the connection's work is cancelled
-        engine.on_release(self._workers.dismiss_parked)  # rule 5 of `CallWorkers`
+        engine.on_release(self._workers.dismiss_parked)  # rule 6 of `CallWorkers`
         self._flush = flush
         self._sessions: dict[str, RuntimeSession] = {}
         self._active: dict[int, Operation] = {}

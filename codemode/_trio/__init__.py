@@ -5,6 +5,9 @@ Private: the host (`codemode_host`) imports them from here, applications never d
 - `OneShot`: a value delivered once and awaited (the answer to something sent across the wire).
 - `CallbackGroup`, `CallWorkers`, `DelegateCall`, `CLEANUP_GRACE`: delegate calls of one cell,
   cancellable, run by parked worker tasks.
+- `contained`: which exceptions of a delegate call stay in that call.
+- `open_detached_nursery`: a nursery its owner may leave while calls that ignore
+  cancellation still run in it.
 - `open_service_nursery`: a nursery whose body's own exception leaves it unwrapped.
 - `RunOnce`: a job run once as a task, awaited to its end by every caller.
 - `FrameWriter`: sends what a sans-IO connection queued, in order, at once when it can.
@@ -18,6 +21,8 @@ from ._callbacks import CLEANUP_GRACE as CLEANUP_GRACE
 from ._callbacks import CallbackGroup as CallbackGroup
 from ._callbacks import CallWorkers as CallWorkers
 from ._callbacks import DelegateCall as DelegateCall
+from ._containment import contained as contained
+from ._detached import open_detached_nursery as open_detached_nursery
 from ._nursery import open_service_nursery as open_service_nursery
 from ._once import RunOnce as RunOnce
 from ._oneshot import OneShot as OneShot
@@ -35,5 +40,7 @@ __all__ = [
     "FrameWriter",
     "OneShot",
     "RunOnce",
+    "contained",
+    "open_detached_nursery",
     "open_service_nursery",
 ]

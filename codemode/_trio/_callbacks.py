@@ -33,7 +33,10 @@ Rules:
    in the context of whoever's call made it start (a held call is started by the observer's
    caller). A call runs in its worker's context: a context variable a delegate sets and never
    resets is seen by that worker's later calls.
-5. A parked worker keeps nothing of its last call, but its own frames keep pymalloc arenas from
+5. Workers run with trio's KeyboardInterrupt protection, which the delegate's code inherits: a
+   real Ctrl-C is delivered to the main task, never raised inside a delegate call, so whatever
+   a call raises is that call's failure (`contained`).
+6. A parked worker keeps nothing of its last call, but its own frames keep pymalloc arenas from
    being given back: an owner that gives memory back when idle drops its parked workers first
    (`dismiss_parked`; the host does, before its engine's release when idle).
 """
@@ -80,6 +83,11 @@ class CallWorkers:
         self._closed = False
 
     @property
+    def context(self) -> contextvars.Context:
+        """The context every worker starts in a copy of (rule 4)."""
+        return self._context
+
+    @property
     def parked(self) -> int:
         """Workers waiting for a call."""
         return len(self._parked)
@@ -100,11 +108,12 @@ class CallWorkers:
         self.dismiss_parked()
 
     def dismiss_parked(self) -> None:
-        """The parked workers end (rule 5); later calls start new ones."""
+        """The parked workers end (rule 6); later calls start new ones."""
         parked, self._parked = self._parked, []
         for worker in parked:
             trio.lowlevel.reschedule(worker.task)  # with no call: it ends
 
+    @trio.lowlevel.enable_ki_protection  # rule 5
     async def _work(self, first: DelegateCall) -> None:
         with trio.CancelScope() as scope:
             worker = _Worker(trio.lowlevel.current_task(), scope)
@@ -112,7 +121,7 @@ class CallWorkers:
             del first
             while call is not None:
                 await call.run(worker)
-                call = None  # a parked worker keeps nothing of its last call (rule 5)
+                call = None  # a parked worker keeps nothing of its last call (rule 6)
                 if scope.cancel_called or self._closed or len(self._parked) >= self._keep:
                     return  # rule 2, rule 3
                 call = await self._park(worker)

@@ -32,7 +32,14 @@ from typing import Any
 import trio
 
 from .._api import AdmissionLimits, CellLimits, ExecuteRequest, SessionDelegate
-from .._trio import CLEANUP_GRACE, ChunkReader, FrameWriter, OneShot, open_service_nursery
+from .._trio import (
+    CLEANUP_GRACE,
+    CallWorkers,
+    ChunkReader,
+    FrameWriter,
+    OneShot,
+    open_service_nursery,
+)
 from ..errors import HostLostError
 from ..protocol import (
     CAPABILITIES,
@@ -89,10 +96,16 @@ class HostLink:
     Args:
         host: the host command to spawn, or the transport that reaches the host.
         handshake_timeout: seconds the host has to answer the hello.
+        workers: where the application's delegate calls run (its provider's); by default in
+            the link's own nursery.
     """
 
     def __init__(
-        self, host: list[str] | HostTransport, handshake_timeout: float = HANDSHAKE_TIMEOUT
+        self,
+        host: list[str] | HostTransport,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        *,
+        workers: CallWorkers | None = None,
     ) -> None:
         self._transport = host if isinstance(host, HostTransport) else SpawnedHost(host)
         self._handshake_timeout = handshake_timeout
@@ -110,7 +123,7 @@ class HostLink:
         self._initials: dict[int, tuple[OneShot[InitialResult | HostLostError], str]] = {}
         self._executes: dict[int, _Execute] = {}
         self._orphaned_initials: dict[int, InitialResult] = {}
-        self._cells = ClientCells(self._connection, self._flush)
+        self._cells = ClientCells(self._connection, self._flush, workers)
         self._stdout_done = trio.Event()
         self._ended = trio.Event()
         self._finished = trio.Event()
@@ -167,6 +180,8 @@ class HostLink:
                     await self._cells.wait_closing()
                     nursery.cancel_scope.cancel()
         finally:
+            # However the link ends (a bug raising out of its tasks too), nothing waits on it.
+            self._lost("code-mode host connection ended")
             with trio.CancelScope(shield=True):
                 await self._transport.reap()
             self._finished.set()

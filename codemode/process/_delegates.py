@@ -11,6 +11,11 @@ Rules (reference-host 4.4):
 3. The delegate sees the cell's public id (`g2:1` after a host restart).
 4. A pending frontier reaches its caller after the delegate saw every call received before it
    (`all_started`), as in-process: the application can settle the calls it lists.
+5. Whatever a delegate raises (`SystemExit` and other `BaseException`s too) fails only its call
+   (`contained`): only the call's own cancellation passes through.
+6. The calls run in the provider's `CallWorkers` (tasks of a detached nursery, so leaving the
+   provider's block does not wait for a call that ignores cancellation); without them, in the
+   link's own nursery.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import msgspec
 import trio
 
 from .._api import SessionDelegate
-from .._trio import CLEANUP_GRACE, CallbackGroup, CallWorkers, DelegateCall
+from .._trio import CLEANUP_GRACE, CallbackGroup, CallWorkers, DelegateCall, contained
 from ..errors import ErrorKind, ToolError, tool_failure_message
 from ..protocol import (
     ClientConnection,
@@ -65,11 +70,16 @@ class ClientCells:
         flush: wakes the link's writer.
     """
 
-    def __init__(self, connection: ClientConnection, flush: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        connection: ClientConnection,
+        flush: Callable[[], None],
+        workers: CallWorkers | None = None,
+    ) -> None:
         self._connection = connection
         self._flush = flush
         self._nursery: trio.Nursery | None = None
-        self._workers: CallWorkers | None = None
+        self._workers = workers  # rule 6
         self._live: dict[Key, ClientCell] = {}
         self._closing: dict[Key, ClientCell] = {}
         self._calls: dict[int, DelegateCall] = {}
@@ -77,7 +87,8 @@ class ClientCells:
     def serve_in(self, nursery: trio.Nursery) -> None:
         """Where calls and closings run (the link's nursery, cancelled at the link's end)."""
         self._nursery = nursery
-        self._workers = CallWorkers(nursery, keep=LINK_WORKERS)
+        if self._workers is None:
+            self._workers = CallWorkers(nursery, keep=LINK_WORKERS)
 
     # ---- cells ---------------------------------------------------------------------------
 
@@ -96,7 +107,11 @@ class ClientCells:
         cell.calls.cancel("the cell closed")
         self._closing[key] = cell
         assert self._nursery is not None
-        self._nursery.start_soon(self._finish, key, cell)
+        try:
+            self._nursery.start_soon(self._finish, key, cell)
+        except RuntimeError:  # the link's nursery already closed: no grace left to give
+            del self._closing[key]
+            self._closed(cell)
 
     def close_all(self) -> None:
         """The link is lost: every call is cancelled, every live cell closed (once)."""
@@ -115,7 +130,7 @@ class ClientCells:
     def _closed(self, cell: ClientCell) -> None:
         try:
             cell.delegate.cell_closed(cell.public_id)
-        except Exception:
+        except BaseException:  # also SystemExit: the application's code ends nothing (rule 5)
             logger.exception("cell_closed(%r) raised", cell.public_id)
         finally:
             cell.closed.set()
@@ -178,7 +193,9 @@ class ClientCells:
                 result = Ok(value=NotificationDelivered())
         except ToolError as error:
             result = Err(kind=ErrorKind.TOOL, message=error.text)
-        except Exception as error:
+        except BaseException as error:
+            if not contained(error):
+                raise  # the call's own cancellation (rule 5)
             logger.warning("code-mode delegate task failed", exc_info=True)
             result = Err(kind=ErrorKind.TOOL, message=_failure_text(event, error))
         finally:

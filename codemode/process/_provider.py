@@ -14,6 +14,10 @@ Rules:
    `shutdown_timeout` is killed (what is pending fails). The hosts' stdin is then closed and
    the processes reaped, shielded and bounded. An exception raised in the block leaves it as
    itself, never wrapped in an `ExceptionGroup`.
+4. The application's delegate calls run in the provider's `CallWorkers`, shared by its links:
+   tasks of a detached nursery (leaving the block waits at most `CLEANUP_GRACE` for calls that
+   ignore cancellation, then abandons them, logged), with sync tools in the provider's own
+   threads (`ToolThreads`).
 """
 
 from __future__ import annotations
@@ -26,10 +30,12 @@ from functools import partial
 
 import trio
 
-from .._api import CellLimits
-from .._trio import CLEANUP_GRACE, open_service_nursery
+from .._api import CellLimits, ToolThreadLimits, ToolThreadStatistics
+from .._tool_threads import ToolThreads, use_tool_threads
+from .._trio import CLEANUP_GRACE, CallWorkers, open_detached_nursery, open_service_nursery
 from ..errors import InvalidRequestError, ProviderClosedError, check_platform
 from ._connection import CLOSE_TIMEOUT, HANDSHAKE_TIMEOUT, HostLink
+from ._delegates import LINK_WORKERS
 from ._host_process import default_host_command
 from ._pool import HostPool, ProviderStatistics
 from ._session import ProcessSession
@@ -53,10 +59,18 @@ class ProcessProvider:
         *,
         hosts: int = 1,
         idle_host_timeout: float = IDLE_HOST_TIMEOUT,
+        calls: trio.Nursery | None = None,
+        tool_threads: ToolThreads | None = None,
     ) -> None:
         self._nursery = nursery
+        self._tool_threads = tool_threads or ToolThreads()
+        workers = CallWorkers(calls or nursery, keep=LINK_WORKERS)  # rule 4
+        use_tool_threads(workers.context, self._tool_threads)
         self._pool = HostPool(
-            partial(HostLink, command, handshake_timeout), hosts, idle_host_timeout, nursery
+            partial(HostLink, command, handshake_timeout, workers=workers),
+            hosts,
+            idle_host_timeout,
+            nursery,
         )
         self._session_ids = itertools.count(1)
         self._sessions: set[ProcessSession] = set()
@@ -65,6 +79,10 @@ class ProcessProvider:
     def statistics(self) -> ProviderStatistics:
         """The provider's hosts: for each, its pid, its sessions and its cells."""
         return self._pool.statistics()
+
+    def tool_thread_statistics(self) -> ToolThreadStatistics:
+        """What the threads of the sessions' sync tools hold now (`docs/limits.md`)."""
+        return self._tool_threads.statistics()
 
     async def create_session(
         self, limits: CellLimits | None = None, *, store_load: bool = True
@@ -137,6 +155,7 @@ async def open_process_provider(
     idle_host_timeout: float = IDLE_HOST_TIMEOUT,
     handshake_timeout: float = HANDSHAKE_TIMEOUT,
     shutdown_timeout: float = SHUTDOWN_TIMEOUT,
+    tool_threads: ToolThreadLimits | None = None,
 ) -> AsyncIterator[ProcessProvider]:
     """A provider whose sessions run in host processes (one by default), for the block's
     duration.
@@ -157,6 +176,8 @@ async def open_process_provider(
             negotiating with the code-mode host`).
         shutdown_timeout: seconds the exit waits for the sessions' shutdowns before it kills
             the hosts.
+        tool_threads: the threads the sessions' sync tools run in (default
+            `ToolThreadLimits()`; `docs/limits.md`).
 
     Raises:
         InvalidRequestError: `hosts` is below 1 or `idle_host_timeout` is negative.
@@ -180,13 +201,19 @@ async def open_process_provider(
             f" not {idle_host_timeout!r}"
         )
     command = list(host_command) if host_command is not None else default_host_command()
-    async with open_service_nursery() as nursery:
+    threads = ToolThreads(tool_threads)
+    async with (
+        open_detached_nursery(bound=CLEANUP_GRACE) as calls,
+        open_service_nursery() as nursery,
+    ):
         provider = ProcessProvider(
             command,
             nursery,
             handshake_timeout,
             hosts=hosts,
             idle_host_timeout=idle_host_timeout,
+            calls=calls,
+            tool_threads=threads,
         )
         try:
             yield provider

@@ -32,11 +32,13 @@ from contextlib import asynccontextmanager, contextmanager
 
 import trio
 
-from .._api import CellLimits
-from .._trio import CLEANUP_GRACE, open_service_nursery
+from .._api import CellLimits, ToolThreadLimits, ToolThreadStatistics
+from .._tool_threads import ToolThreads, use_tool_threads
+from .._trio import CLEANUP_GRACE, CallWorkers, open_detached_nursery, open_service_nursery
 from .._trio._sockets import HostAddress, parse_address
 from ..errors import HostLostError, ProviderClosedError, check_platform
 from ..process._connection import CLOSE_TIMEOUT, HANDSHAKE_TIMEOUT, HostLink
+from ..process._delegates import LINK_WORKERS
 from ..process._provider import SHUTDOWN_TIMEOUT
 from ..process._session import ProcessSession
 from ._session import RemoteSession
@@ -77,9 +79,15 @@ class RemoteProvider:
         handshake_timeout: float,
         connect_timeout: float,
         resolve: Resolver | None = None,
+        calls: trio.Nursery | None = None,
+        tool_threads: ToolThreads | None = None,
     ) -> None:
         self._hosts = [_Host(index, address) for index, address in enumerate(addresses)]
         self._nursery = nursery
+        self._tool_threads = tool_threads or ToolThreads()
+        # The application's delegate calls, as the process provider runs them (its rule 4).
+        self._workers = CallWorkers(calls or nursery, keep=LINK_WORKERS)
+        use_tool_threads(self._workers.context, self._tool_threads)
         self._token = token
         self._ssl_context = ssl_context
         self._handshake_timeout = handshake_timeout
@@ -93,6 +101,10 @@ class RemoteProvider:
     def addresses(self) -> list[str]:
         """The hosts' addresses, in the order given."""
         return [str(host.address) for host in self._hosts]
+
+    def tool_thread_statistics(self) -> ToolThreadStatistics:
+        """What the threads of the sessions' sync tools hold now (`docs/limits.md`)."""
+        return self._tool_threads.statistics()
 
     def placement(self) -> dict[str, int]:
         """The live sessions of this provider on each host, by address."""
@@ -174,7 +186,7 @@ class RemoteProvider:
                 ssl_context=self._ssl_context,
                 connect_timeout=self._connect_timeout,
             )
-            link = HostLink(transport, self._handshake_timeout)
+            link = HostLink(transport, self._handshake_timeout, workers=self._workers)
             try:
                 await self._nursery.start(link.run)
             except HostLostError as error:
@@ -254,6 +266,7 @@ async def open_remote_provider(
     connect_timeout: float = CONNECT_TIMEOUT,
     shutdown_timeout: float = SHUTDOWN_TIMEOUT,
     resolve: Resolver | None = None,
+    tool_threads: ToolThreadLimits | None = None,
 ) -> AsyncIterator[RemoteProvider]:
     """A provider whose sessions run in hosts listening at `addresses`, for the block.
 
@@ -271,9 +284,13 @@ async def open_remote_provider(
             `addresses[index]`; asked before every reconnection to it (rule 2), for hosts
             whose address changes when they restart. It raises `HostLostError` when the host
             cannot be found.
+        tool_threads: the threads the sessions' sync tools run in (default
+            `ToolThreadLimits()`; `docs/limits.md`).
 
     Resource handling: connections are opened on first use; leaving the block shuts every
-    session down and closes every connection, shielded and bounded. The hosts keep running.
+    session down and closes every connection, shielded and bounded; delegate calls that
+    ignore cancellation are abandoned (logged) after the cleanup grace. The hosts keep
+    running.
 
     Error handling: an exception raised in the block leaves it as itself. An address that
     does not parse raises `ValueError` on entry; on a system other than Linux, entering the
@@ -283,7 +300,11 @@ async def open_remote_provider(
     if not addresses:
         raise ValueError("open_remote_provider needs at least one host address")
     parsed = [parse_address(address) for address in addresses]
-    async with open_service_nursery() as nursery:
+    threads = ToolThreads(tool_threads)
+    async with (
+        open_detached_nursery(bound=CLEANUP_GRACE) as calls,
+        open_service_nursery() as nursery,
+    ):
         provider = RemoteProvider(
             parsed,
             nursery,
@@ -292,6 +313,8 @@ async def open_remote_provider(
             handshake_timeout=handshake_timeout,
             connect_timeout=connect_timeout,
             resolve=resolve,
+            calls=calls,
+            tool_threads=threads,
         )
         try:
             yield provider

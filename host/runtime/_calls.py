@@ -12,8 +12,10 @@ Rules:
    and it is not terminating); a late answer is discarded. It goes through `submit`, which
    holds it while the cell is paused at its pending frontier, and is checked again when it
    finally goes.
-3. A delegate's `ToolError` rejects the JS promise with its text; any other exception (or a
-   result with no JSON form) rejects it with `tool <name> failed: <message>`.
+3. A delegate's `ToolError` rejects the JS promise with its text; anything else it raises
+   (`SystemExit` and other `BaseException`s too, all but the call's own cancellation:
+   `codemode._trio.contained`), or a result with no JSON form, rejects it with
+   `tool <name> failed: <message>`, and nothing else ends.
 4. `all_started()` returns once every tool call made so far has reached its delegate (its task
    ran its first step): a pending frontier is delivered only after the delegate saw each call it
    lists, so an application can settle them (over the wire: each call's frame goes first).
@@ -41,7 +43,7 @@ import trio
 from codemode_host.engine import EngineCell, EngineClosedError, ToolCallRequested
 
 from codemode import ExecuteRequest, JsonValue, NestedToolCall, SessionDelegate, ToolError
-from codemode._trio import CLEANUP_GRACE, CallbackGroup, CallWorkers
+from codemode._trio import CLEANUP_GRACE, CallbackGroup, CallWorkers, contained
 from codemode.errors import TOO_MANY_CALLS, tool_failure_message
 
 from ._admission import Admission
@@ -295,7 +297,9 @@ class CellCalls:
             payload = _encode_result(result)
         except ToolError as error:
             self._answer(call_id, rejection=error.text)
-        except Exception as error:
+        except BaseException as error:
+            if not contained(error):
+                raise  # the call's own cancellation
             if not isinstance(error, TypeError | ValueError | OverflowError):
                 logger.warning("tool %s of exec cell %s raised", call.tool_name.name,
                                self._cell_id, exc_info=True)  # fmt: skip
@@ -328,7 +332,9 @@ class CellCalls:
     async def _deliver_notification(self, text: str) -> None:
         try:
             await self._delegate.notify(self._request.tool_call_id, self._cell_id, text)
-        except Exception as error:
+        except BaseException as error:
+            if not contained(error):
+                raise  # the call's own cancellation
             logger.warning("failed to deliver code mode notification: %s", error)
         finally:
             self._admission.release_call()

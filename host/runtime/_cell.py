@@ -492,5 +492,5 @@ class RuntimeCell:
         self.closed.set()
         try:
             self._delegate.cell_closed(self.cell_id)
-        except Exception:
+        except BaseException:  # also SystemExit: the application's code ends nothing else
             logger.exception("cell_closed(%r) raised", self.cell_id)

@@ -1,0 +1,35 @@
+"""Which exceptions of a delegate call stay inside that call.
+
+A delegate (a tool, a notification handler, `cell_closed`) is the application's code, and a
+cell's call of it fails alone: whatever the call raises rejects that call (its JavaScript
+promise), and nothing else ends. `SystemExit` (argparse and click on bad input),
+`KeyboardInterrupt` a tool raised itself, `asyncio.CancelledError` out of `asyncio.run` inside a
+sync tool, and a `trio.Cancelled` that belongs to no cancelled scope around the call (a stray
+one) are all just a failed call.
+
+Rules:
+1. Not contained, and so re-raised: the call's own cancellation, a `trio.Cancelled` (or a group
+   of nothing else) raised while a scope around the call is cancelled. Everything else is
+   contained.
+2. A real Ctrl-C never surfaces inside a delegate: the workers run with trio's
+   KeyboardInterrupt protection (`CallWorkers`), so trio delivers it to the main task.
+"""
+
+from __future__ import annotations
+
+import math
+
+import trio
+
+
+def contained(error: BaseException) -> bool:
+    """Whether `error`, raised by a delegate call, ends only that call (rule 1)."""
+    if not _cancellation(error):
+        return True
+    return trio.current_effective_deadline() != -math.inf
+
+
+def _cancellation(error: BaseException) -> bool:
+    if isinstance(error, BaseExceptionGroup):
+        return all(_cancellation(inner) for inner in error.exceptions)
+    return isinstance(error, trio.Cancelled)
