@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import signal
 import threading
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -17,6 +19,7 @@ import pytest
 import trio
 
 import codemode
+import codemode.process
 from codemode import (
     CodeMode,
     Completed,
@@ -380,3 +383,58 @@ async def test_a_plain_on_notify_runs_in_a_thread(opener: Opener) -> None:
             assert output.text.endswith("pong")
     assert threads
     assert threading.main_thread().name not in threads
+
+
+def host_pid(provider: codemode.process.ProcessProvider) -> int:
+    (host,) = provider.statistics().hosts
+    assert host.pid is not None
+    return host.pid
+
+
+async def test_a_callers_deadline_bounds_terminate_on_a_stopped_host() -> None:
+    with trio.fail_after(30):
+        async with codemode.open_process_provider() as provider:
+            session = await provider.create_session()
+            mode = CodeMode(session, codemode.Toolbox(), [])
+            output = await mode.exec("c", '// @exec: {"yield_time_ms": 0}\nwhile (true) {}')
+            pid = host_pid(provider)
+            os.kill(pid, signal.SIGSTOP)  # a wedged host: it answers nothing
+            try:
+                with trio.move_on_after(0.5) as bounded:
+                    await session.terminate(output.cell_id)
+                assert bounded.cancelled_caught
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            # The host was not blamed for the caller's bound: the same link, the same cell ids.
+            assert host_pid(provider) == pid
+            # (the retired terminate still reached it: the loop ended)
+            assert (await mode.exec("next", "text(1)")).cell_id == "2"
+
+
+async def test_a_cancelled_exec_does_not_wait_on_a_dead_host() -> None:
+    with trio.fail_after(30):
+        async with codemode.open_process_provider() as provider:
+            session = await provider.create_session()
+            toolbox = codemode.Toolbox()
+            entered = trio.Event()
+
+            @toolbox.tool
+            async def wait_forever() -> str:
+                """Never returns."""
+                entered.set()
+                await trio.sleep_forever()
+                return "unreachable"
+
+            mode = CodeMode(session, toolbox, toolbox.definitions())
+            async with trio.open_nursery() as nursery:
+
+                async def kill_then_cancel() -> None:
+                    await entered.wait()
+                    os.kill(host_pid(provider), signal.SIGKILL)
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(kill_then_cancel)
+                started = trio.current_time()
+                await mode.exec("c", "await tools.wait_forever()")
+            # The clean-up terminate met a dead link: it failed at once (no 60 s wait).
+            assert trio.current_time() - started < 5.0

@@ -9,8 +9,9 @@ Rules:
 1. Errors from the host are turned into exceptions in one place: `errors.error_from_kind`, with
    the public cell id (never by matching text).
 2. `terminate` is not cancellable (bounded by UNCANCELLABLE_TIMEOUT: past it the host is
-   declared lost); `shutdown` runs as a task of the provider, so cancelling its caller does not
-   stop it, and every later `shutdown()` waits for the same end.
+   declared lost), but a deadline of its caller bounds it too (the host is then not blamed);
+   `shutdown` runs as a task of the provider, so cancelling its caller does not stop it, and
+   every later `shutdown()` waits for the same end.
 3. After shutdown began every operation raises `SessionShuttingDownError`; after the provider
    closed, `ProviderClosedError`.
 4. The pending frontier, preempt and the cell inventory need the host's capabilities; without
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Protocol, TypeVar
@@ -338,9 +340,15 @@ class ProcessSession:
         if cell_id in self._terminating:
             raise AlreadyTerminatingError(cell_id)
         self._terminating.add(cell_id)
+        # A caller's deadline (`trio.move_on_after` around the call) bounds the wait too; a
+        # cancellation does not (rule 2).
+        own_deadline = trio.current_time() + UNCANCELLABLE_TIMEOUT
+        callers_deadline = trio.current_effective_deadline()
+        if callers_deadline == -math.inf:
+            callers_deadline = math.inf
         try:
             with trio.CancelScope(shield=True) as bounded:
-                bounded.deadline = trio.current_time() + UNCANCELLABLE_TIMEOUT
+                bounded.deadline = min(own_deadline, callers_deadline)
                 result = await binding.link.terminate(binding.session_id, wire_id)
                 outcome = binding.outcome(result, cell_id)
                 if isinstance(outcome, LiveCell):
@@ -349,6 +357,10 @@ class ProcessSession:
         finally:
             self._terminating.discard(cell_id)
         if bounded.cancelled_caught:
+            if callers_deadline < own_deadline:
+                # The caller's bound passed first: the host is not at fault, and the caller's
+                # scope takes its Cancelled here.
+                await trio.lowlevel.checkpoint()
             binding.link.abort("code-mode host timed out waiting for terminate response")
             assert binding.link.failure is not None
             raise binding.link.failure
