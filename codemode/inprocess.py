@@ -20,8 +20,9 @@ Rules:
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 
 import trio
 from codemode_host.engine import Engine, open_engine
@@ -34,6 +35,7 @@ from ._api import (
     Completed,
     ExecuteRequest,
     Pending,
+    RuntimeResponse,
     SessionDelegate,
     StartedCell,
     Terminated,
@@ -91,7 +93,17 @@ class InProcessSession:
             ProviderClosedError: the provider was closed.
         """
         self._check()
-        return await self._runtime.execute(request, delegate)
+        started = await self._runtime.execute(request, delegate)
+        # Rule 3 holds for its initial response too.
+        started._initial_response = partial(self._initial_response, started._initial_response)
+        return started
+
+    async def _initial_response(
+        self, initial_response: Callable[[], Awaitable[RuntimeResponse]]
+    ) -> RuntimeResponse:
+        if self._provider.closed:
+            raise ProviderClosedError()
+        return await initial_response()
 
     async def wait(self, request: WaitRequest) -> WaitOutcome:
         """Observe a cell: new output, its completion, or its termination.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import signal
 import threading
@@ -400,6 +401,7 @@ async def test_a_callers_deadline_bounds_terminate_on_a_stopped_host() -> None:
             pid = host_pid(provider)
             os.kill(pid, signal.SIGSTOP)  # a wedged host: it answers nothing
             try:
+                assert output.cell_id is not None
                 with trio.move_on_after(0.5) as bounded:
                     await session.terminate(output.cell_id)
                 assert bounded.cancelled_caught
@@ -422,7 +424,7 @@ async def test_a_cancelled_exec_does_not_wait_on_a_dead_host() -> None:
             async def wait_forever() -> str:
                 """Never returns."""
                 entered.set()
-                await trio.sleep_forever()
+                await trio.sleep(math.inf)
                 return "unreachable"
 
             mode = CodeMode(session, toolbox, toolbox.definitions())
@@ -438,3 +440,45 @@ async def test_a_cancelled_exec_does_not_wait_on_a_dead_host() -> None:
                 await mode.exec("c", "await tools.wait_forever()")
             # The clean-up terminate met a dead link: it failed at once (no 60 s wait).
             assert trio.current_time() - started < 5.0
+
+
+class Quiet:
+    async def invoke_tool(self, call: NestedToolCall) -> None:
+        return None
+
+    async def notify(self, call_id: str, cell_id: str, text: str) -> None:
+        await trio.sleep(0.001)  # a slow handler: notifications pile up past the admission
+
+    def cell_closed(self, cell_id: str) -> None:
+        pass
+
+
+async def test_a_notify_flood_logs_once_per_cell(
+    opener: Opener, caplog: pytest.LogCaptureFixture
+) -> None:
+    with trio.fail_after(60):
+        async with opener() as provider:
+            session = await provider.create_session()
+            request = ExecuteRequest(
+                tool_call_id="c",
+                source='for (let i = 0; i < 3000; i++) notify("n" + i); text("sent")',
+            )
+            started = await session.execute(request, Quiet())
+            response = await started.initial_response()
+            assert texts(response) == ["sent"]
+    # In-process the runtime logs; the process provider relays the host's log lines.
+    lines = [r.getMessage() for r in caplog.records if "notification" in r.getMessage()]
+    assert len(lines) == 2, lines[:5]
+    assert "further drops are counted when it closes" in lines[0]
+    assert "dropped 1976 notifications of exec cell 1 in all" in lines[1]
+
+
+async def test_initial_response_after_the_block_raises_provider_closed(opener: Opener) -> None:
+    with trio.fail_after(30):
+        async with opener() as provider:
+            session = await provider.create_session()
+            started = await session.execute(
+                ExecuteRequest(tool_call_id="c", source="while (true) {}"), Quiet()
+            )
+        with pytest.raises(codemode.ProviderClosedError):
+            await started.initial_response()

@@ -246,6 +246,8 @@ class ProcessSession:
     async def _initial_response(
         self, binding: _Binding, request_id: int, cell_id: str
     ) -> RuntimeResponse:
+        if self._provider.closed:
+            raise ProviderClosedError()  # rule 3, as in-process
         try:
             result = await binding.link.initial_response(request_id, binding.session_id)
         except LocalProtocolError:

@@ -22,7 +22,8 @@ Rules:
 5. Each call holds a pending-call slot of the connection's `Admission` from when the cell makes
    it until its task ends (or it is dropped unstarted). A tool call past the bound is rejected
    at once with `code-mode host has too many pending delegate calls` and never reaches the
-   delegate; a notification past it is logged and dropped.
+   delegate; a notification past it is dropped, and logged once per cell (the first drop, then
+   their count when the cell closes: a `notify()` loop must not flood the log).
 6. A delegate that is a `ToolForwarder` (the host's, which only sends the call over the wire)
    gets its tool calls without a task: `forward_tool` sends the call and returns how to cancel
    it; its answer comes back through a callback. Such a call has started once it is forwarded
@@ -135,6 +136,7 @@ class CellCalls:
         self._forwarded: dict[int, Callable[[], None]] = {}  # call id -> its cancel (rule 6)
         self._notifications = CallbackGroup(workers)
         self._held: list[tuple[Callable[[], object], bool]] = []  # (start, is a tool call)
+        self._dropped_notifications = 0  # rule 5
         self._released: trio.Event | None = None  # made when calls are first held
 
     # ---- starting ------------------------------------------------------------------------
@@ -170,7 +172,14 @@ class CellCalls:
     def notification(self, text: str, *, hold: bool) -> None:
         """Deliver (or hold back, rule 1) a `notify()` text."""
         if not self._admission.take_call():
-            logger.warning("failed to deliver code mode notification: %s", TOO_MANY_CALLS)
+            self._dropped_notifications += 1
+            if self._dropped_notifications == 1:
+                logger.warning(
+                    "failed to deliver code mode notification: %s (exec cell %s; its further"
+                    " drops are counted when it closes)",
+                    TOO_MANY_CALLS,
+                    self._cell_id,
+                )
             return
         self._start(
             partial(self._notifications.start, self._deliver_notification, text), hold, False
@@ -246,6 +255,13 @@ class CellCalls:
         and this no longer refers to the cell. Its `accepting` closure was a reference cycle
         (the cell holds this), which left every cell's objects to the cyclic collector."""
         self._accepting = _refuse
+        if self._dropped_notifications > 1:
+            logger.warning(
+                "dropped %d notifications of exec cell %s in all: %s",
+                self._dropped_notifications,
+                self._cell_id,
+                TOO_MANY_CALLS,
+            )
 
     async def wait_idle(self) -> None:
         """Wait until every call returned, for at most `CLEANUP_GRACE` (DESIGN section 4)."""
