@@ -35,6 +35,7 @@ from .._api import (
     WaitRequest,
     Yielded,
 )
+from .._limits import MAX_YIELD_TIME_MS
 from ..errors import CodeModeError
 from ._arguments import ArgumentsError, WaitArguments, exec_text, wait_arguments
 from ._descriptions import (
@@ -77,7 +78,8 @@ class CodeMode:
             output, in total (None: it answers when its window ends).
 
     Raises:
-        ValueError: a negative `min_yield_time_ms` or `max_empty_wait_ms`.
+        ValueError: a `min_yield_time_ms` or `max_empty_wait_ms` below 0 or past
+            `MAX_YIELD_TIME_MS`.
 
     Every method may be called concurrently with the others (a model may call tools in
     parallel); `CodeMode` keeps no state of its own between calls.
@@ -103,6 +105,8 @@ class CodeMode:
         ):
             if value is not None and value < 0:
                 raise ValueError(f"{name} must not be negative, got {value}")
+            if value is not None and value > MAX_YIELD_TIME_MS:
+                raise ValueError(f"{name} must be at most {MAX_YIELD_TIME_MS}, got {value}")
         self._session = session
         self._delegate = delegate
         self._tools = list(tools)
@@ -171,14 +175,16 @@ class CodeMode:
             source = parse_exec_source(text)
         except PragmaError as error:
             return error_output(str(error), tool="exec")
-        request = ExecuteRequest(
-            tool_call_id=tool_call_id,
-            source=source.code,
-            enabled_tools=self._enabled,
-            yield_time_ms=self._window(source.yield_time_ms),
-            max_output_tokens=source.max_output_tokens,
-        )
         try:
+            # The pragma's bounds are the request's (rule 1): building it raises only if they
+            # part, and then the model still gets the text.
+            request = ExecuteRequest(
+                tool_call_id=tool_call_id,
+                source=source.code,
+                enabled_tools=self._enabled,
+                yield_time_ms=self._window(source.yield_time_ms),
+                max_output_tokens=source.max_output_tokens,
+            )
             started = await self._session.execute(request, self._delegate)
         except CodeModeError as error:
             return error_output(str(error), tool="exec")
