@@ -7,6 +7,7 @@ fixture) and asserts what the model would see.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -342,6 +343,30 @@ async def test_integral_floats_are_accepted_where_the_specs_say_number(
         as_object = await code_mode.wait({"cell_id": "1", "yield_time_ms": 10.0, "max_tokens": 5e2})
         await code_mode.wait({"cell_id": "1", "terminate": True})
     assert [first.status, as_text.status, as_object.status] == ["running"] * 3
+
+
+async def test_lone_surrogates_from_the_model_are_repaired(provider: Provider) -> None:
+    # What an SDK's json.loads makes of a model's "\ud83d" escape: CodeMode.call raised
+    # UnicodeEncodeError on the process provider (exec and wait) and in-process (wait).
+    async def echo(call: NestedToolCall) -> JsonValue:
+        return call.input
+
+    delegate = RecordingDelegate(on_tool=echo)
+    code_mode = await open_code_mode(provider, delegate, [tool("echo")])
+    code = json.loads('"notify(\\"n\\ud83d\\"); text(\\"half \\ud83d\\")"')
+    with trio.fail_after(10):
+        executed = await code_mode.call("exec", "call\udc00", {"code": code})
+        echoed = await code_mode.call("exec", "call-2", 'text(await tools.echo("x\\ud800"))')
+        waited = await code_mode.call("wait", "call-3", {"cell_id": "1\ud800"})
+        joined = await code_mode.call("exec", "call-4", 'text("\ud83d\ude00")')
+    assert (executed.status, body(executed)) == ("completed", ["half \ufffd"])
+    assert delegate.notifications == [("call\ufffd", "1", "n\ufffd")]
+    assert (echoed.status, body(echoed)) == ("completed", ["x\ufffd"])
+    assert (waited.status, body(waited)) == (
+        "failed",
+        ["Script error:\nexec cell 1\ufffd not found"],
+    )
+    assert body(joined) == ["\U0001f600"]
 
 
 async def test_call_dispatches_both_api_shapes(provider: Provider) -> None:

@@ -12,6 +12,11 @@ Rules:
    ``Expected an integer, got 1.5 - at `$.yield_time_ms` ``.
 3. `exec` takes raw text (OpenAI's freeform tool) or `{"code": text}` (Anthropic); anything else
    is refused with `exec expects raw JavaScript source text`.
+4. Strings from the model are repaired, never refused: a lone surrogate (what an SDK's JSON
+   decoder makes of a `"\\ud83d"` escape) becomes U+FFFD (`codemode._text.well_formed`), as
+   JavaScript strings leaving a cell do, so every provider sees the same well-formed text and
+   none fails to encode it. (A JSON text holding such an escape is refused by msgspec's parser
+   first: ``JSON is malformed: unexpected end of escaped utf-16 surrogate pair``.)
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Annotated, Any
 import msgspec
 
 from .._limits import MAX_OUTPUT_TOKENS, MAX_YIELD_TIME_MS
+from .._text import well_formed
 from ..errors import CodeModeError
 
 DEFAULT_WAIT_YIELD_TIME_MS = 10_000
@@ -51,7 +57,8 @@ class WaitArguments(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def wait_arguments(payload: Any) -> WaitArguments:
-    """Decode a `wait` call's arguments: a JSON text or an already decoded object.
+    """Decode a `wait` call's arguments: a JSON text or an already decoded object; its
+    `cell_id` made well-formed (rule 4).
 
     Raises:
         ArgumentsError: not JSON, or not an object of the right fields (rule 1).
@@ -66,9 +73,13 @@ def wait_arguments(payload: Any) -> WaitArguments:
     try:
         if isinstance(payload, dict):
             payload = whole_numbers(payload, ("yield_time_ms", "max_tokens"))
-        return msgspec.convert(payload, WaitArguments)
+        arguments = msgspec.convert(payload, WaitArguments)
     except (msgspec.ValidationError, NotWholeError) as error:
         raise ArgumentsError(f"failed to parse function arguments: {error}") from None
+    cell_id = well_formed(arguments.cell_id)
+    if cell_id is arguments.cell_id:
+        return arguments
+    return msgspec.structs.replace(arguments, cell_id=cell_id)
 
 
 class NotWholeError(ValueError):

@@ -4,7 +4,9 @@ Rules:
 1. `exec` parses the pragma, starts a cell with the augmented tool definitions and formats its
    first response; `wait` observes (or terminates) a cell and formats what it gets. Errors the
    model can act on (a refused pragma, bad arguments, a busy cell, a session shutting down) come
-   back as a tool-level error output, never as an exception.
+   back as a tool-level error output, never as an exception. The model's strings (the code,
+   the call id, a cell id) are made well-formed first (`_arguments` rule 4): a lone surrogate
+   becomes U+FFFD before any provider sees it, so the providers cannot differ on it.
 2. The wall time runs from the start of the call; the token budget is the pragma's
    `max_output_tokens` for `exec`, the call's own `max_tokens` for `wait`, 10000 otherwise.
 3. Cheaper waiting, off unless asked for: `min_yield_time_ms` raises every observation window
@@ -36,6 +38,7 @@ from .._api import (
     Yielded,
 )
 from .._limits import MAX_YIELD_TIME_MS
+from .._text import well_formed
 from ..errors import CodeModeError
 from ._arguments import ArgumentsError, WaitArguments, exec_text, wait_arguments
 from ._descriptions import (
@@ -171,8 +174,9 @@ class CodeMode:
         (shielded, at most `ABANDON_TIMEOUT` seconds), since no one else knows its id.
         """
         started_at = trio.current_time()
+        tool_call_id = well_formed(tool_call_id)
         try:
-            source = parse_exec_source(text)
+            source = parse_exec_source(well_formed(text))
         except PragmaError as error:
             return error_output(str(error), tool="exec")
         try:
