@@ -20,7 +20,9 @@ import msgspec
 from ._limits import DEFAULT_HEAP_SIZE_BYTES as DEFAULT_HEAP_SIZE_BYTES
 from ._limits import DEFAULT_PENDING_OUTPUT_BYTES as DEFAULT_PENDING_OUTPUT_BYTES
 from ._limits import DEFAULT_STORED_VALUE_BYTES as DEFAULT_STORED_VALUE_BYTES
+from ._limits import MAX_OUTPUT_TOKENS as MAX_OUTPUT_TOKENS
 from ._limits import MAX_PENDING_OUTPUT_BYTES as MAX_PENDING_OUTPUT_BYTES
+from ._limits import MAX_YIELD_TIME_MS as MAX_YIELD_TIME_MS
 from ._limits import AdmissionLimits as AdmissionLimits
 from ._limits import CellInfo as CellInfo
 from ._limits import CellLimits as CellLimits
@@ -98,10 +100,6 @@ class ToolDefinition(_Value, frozen=True):
     input_schema: JsonValue = None
     output_schema: JsonValue = None
 
-
-MAX_YIELD_TIME_MS = 2**63 - 1
-MAX_OUTPUT_TOKENS = 2**31 - 1
-"""The reference carries `max_output_tokens` as a signed 32-bit integer."""
 
 YieldTimeMs: TypeAlias = Annotated[int, msgspec.Meta(ge=0, le=MAX_YIELD_TIME_MS)]
 OutputTokens: TypeAlias = Annotated[int, msgspec.Meta(ge=0, le=MAX_OUTPUT_TOKENS)]

@@ -1,5 +1,11 @@
-"""The limits of codemode's public API: a session's cell limits, a host's admission limits, and
-what `Session.cells()` reports about the cells that hold capacity (docs/limits.md).
+"""The limits of codemode's public API: the bounds of a request's numbers, a session's cell
+limits, a host's admission limits, and what `Session.cells()` reports about the cells that hold
+capacity (docs/limits.md).
+
+The request bounds are defined here once: `ExecuteRequest` and `WaitRequest` enforce them, and
+every place that turns outside input into a request (the `exec` pragma, the `wait` arguments,
+the command line) checks the same numbers first, so an out-of-range value is refused there with
+a text for whoever wrote it instead of an `InvalidRequestError` from deep inside.
 
 Each is a frozen `msgspec.Struct` with keyword-only fields (they travel on the wire as they are);
 `codemode` re-exports them.
@@ -10,6 +16,13 @@ from __future__ import annotations
 import msgspec
 
 from .errors import InvalidRequestError
+
+MAX_YIELD_TIME_MS = 2**63 - 1
+"""The longest observation window a request may ask for (the reference carries it as u64; the
+wire's signed 64-bit integers stop here)."""
+MAX_OUTPUT_TOKENS = 2**31 - 1
+"""The largest token budget a request may ask for: the reference carries `max_output_tokens` as
+a signed 32-bit integer."""
 
 DEFAULT_HEAP_SIZE_BYTES = 256 << 20
 """A cell's JavaScript heap when `CellLimits.max_heap_size_bytes` is None (docs/limits.md)."""

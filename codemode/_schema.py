@@ -11,8 +11,10 @@ value. This module turns a function's signature into what `Toolbox` needs for th
 3. A schema's root is written out in place rather than as a `$ref` (models and the TypeScript
    renderer read the root); the definitions it refers to stay under `$defs`.
 
-A signature that breaks a rule raises `TypeError` naming the tool and the parameter, when the
-tool is defined, never when a cell calls it.
+A signature that breaks a rule raises `TypeError` naming the tool and the parameter (or the
+return value), when the tool is defined, never when a cell calls it. Where msgspec refuses a
+signature as a whole (a default it will not hold, a type with no schema), the parameter it
+stumbled on is found by trying each one alone, and named before msgspec's own text.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ _KIND_TEXT = {
     inspect.Parameter.VAR_POSITIONAL: "collects positional arguments (*args)",
     inspect.Parameter.VAR_KEYWORD: "collects keyword arguments (**kwargs)",
 }
+
+_Field = tuple[str, Any] | tuple[str, Any, Any]
+"""A parameter as `msgspec.defstruct` takes it: name, type, and its default if it has one."""
 
 
 class ToolSignature(msgspec.Struct, frozen=True, kw_only=True):
@@ -69,7 +74,7 @@ def tool_signature(function: Callable[..., object], tool_name: str) -> ToolSigna
         raise TypeError(
             f"tool {tool_name}: cannot resolve its annotations: {type(error).__name__}: {error}"
         ) from error
-    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
+    fields: list[_Field] = []
     for parameter in inspect.signature(function).parameters.values():
         if parameter.kind not in _NAMED:
             raise TypeError(
@@ -85,21 +90,74 @@ def tool_signature(function: Callable[..., object], tool_name: str) -> ToolSigna
             fields.append((parameter.name, annotation, parameter.default))
     if "return" not in hints:
         raise TypeError(f"tool {tool_name}: the return value has no type annotation")
-    arguments = msgspec.defstruct(
-        f"{tool_name}_arguments", fields, kw_only=True, forbid_unknown_fields=True
-    )
+    for field in fields:
+        if len(field) == 3 and _is_filled_mutable(field[2]):
+            raise TypeError(
+                f"tool {tool_name}: parameter {field[0]} has a non-empty mutable default"
+                f" ({field[2]!r}); default to None and build the value in the function"
+            )
+    arguments = _arguments_struct(tool_name, fields)
+    try:
+        input_schema = _schema(arguments, keep_title=False)
+    except TypeError as error:
+        raise TypeError(
+            f"tool {tool_name}: {_culprit(fields)} has no JSON Schema: {error}"
+        ) from error
+    try:
+        output_schema = _schema(hints["return"], keep_title=True)
+    except TypeError as error:
+        raise TypeError(
+            f"tool {tool_name}: its return value has no JSON Schema: {error}"
+        ) from error
     return ToolSignature(
-        arguments=arguments,
-        input_schema=_schema(arguments, tool_name, "its parameters", keep_title=False),
-        output_schema=_schema(hints["return"], tool_name, "its return value", keep_title=True),
+        arguments=arguments, input_schema=input_schema, output_schema=output_schema
     )
 
 
-def _schema(annotation: object, tool_name: str, what: str, *, keep_title: bool) -> dict[str, Any]:
+def _is_filled_mutable(value: object) -> bool:
+    return isinstance(value, list | dict | set | bytearray) and len(value) > 0
+
+
+def _arguments_struct(tool_name: str, fields: list[_Field]) -> type[msgspec.Struct]:
+    def build(name: str, chosen: list[_Field]) -> type[msgspec.Struct]:
+        return msgspec.defstruct(name, chosen, kw_only=True, forbid_unknown_fields=True)
+
+    try:
+        return build(f"{tool_name}_arguments", fields)
+    except (TypeError, ValueError, RuntimeError) as error:
+        # RuntimeError too: `Failed to get offset for '__x'` for a name Python mangles.
+        culprit = "one of its parameters"
+        for field in fields:
+            try:
+                build("probe", [field])
+            except (TypeError, ValueError, RuntimeError):
+                culprit = f"parameter {field[0]}"
+                break
+        raise TypeError(
+            f"tool {tool_name}: {culprit} cannot be a field of its arguments: {error}"
+        ) from error
+
+
+def _culprit(fields: list[_Field]) -> str:
+    """The first parameter whose type has no JSON Schema on its own, else all of them."""
+    for field in fields:
+        try:
+            msgspec.json.schema(field[1])
+        except (TypeError, ValueError):
+            return f"parameter {field[0]}"
+    return "one of its parameters"
+
+
+def _schema(annotation: object, *, keep_title: bool) -> dict[str, Any]:
+    """The JSON Schema of `annotation`, its root inlined.
+
+    Raises:
+        TypeError: msgspec has no schema for it (its message).
+    """
     try:
         schema: dict[str, Any] = msgspec.json.schema(annotation)
     except (TypeError, ValueError) as error:
-        raise TypeError(f"tool {tool_name}: {what} have no JSON Schema: {error}") from error
+        raise TypeError(str(error)) from error
     return _inline_root(schema, keep_title=keep_title)
 
 

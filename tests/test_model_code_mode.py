@@ -7,6 +7,7 @@ fixture) and asserts what the model would see.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -286,7 +287,12 @@ async def test_a_refused_pragma_starts_no_cell(provider: Provider) -> None:
         ({}, "failed to parse function arguments: Object missing required field `cell_id`"),
         ({"cell_id": 1}, "failed to parse function arguments: Expected `str`, got `int` - at `$.cell_id`"),
         ({"cell_id": "1", "yield_time_ms": -1}, "failed to parse function arguments: Expected `int` >= 0 - at `$.yield_time_ms`"),
-        ({"cell_id": "1", "yield_time_ms": 1.5}, "failed to parse function arguments: Expected `int`, got `float` - at `$.yield_time_ms`"),
+        ({"cell_id": "1", "yield_time_ms": 1.5}, "failed to parse function arguments: Expected an integer, got 1.5 - at `$.yield_time_ms`"),
+        ('{"cell_id": "1", "max_tokens": 2.5e0}', "failed to parse function arguments: Expected an integer, got 2.5 - at `$.max_tokens`"),
+        # The bounds WaitRequest and ExecuteRequest enforce, refused before any request.
+        ({"cell_id": "1", "yield_time_ms": 2**63}, f"failed to parse function arguments: Expected `int` <= {2**63 - 1} - at `$.yield_time_ms`"),
+        ('{"cell_id": "1", "yield_time_ms": 1e19}', f"failed to parse function arguments: Expected `int` <= {2**63 - 1} - at `$.yield_time_ms`"),
+        ({"cell_id": "1", "max_tokens": 2**31}, f"failed to parse function arguments: Expected `int` <= {2**31 - 1} - at `$.max_tokens`"),
         ({"cell_id": "1", "max_tokens": "5"}, "failed to parse function arguments: Expected `int | null`, got `str` - at `$.max_tokens`"),
         ({"cell_id": "1", "terminate": "yes"}, "failed to parse function arguments: Expected `bool`, got `str` - at `$.terminate`"),
         ("{", "failed to parse function arguments: Input data was truncated"),
@@ -303,6 +309,64 @@ async def test_bad_wait_arguments_are_tool_errors(
     assert output == ToolOutput(
         items=[InputText(text=message)], success=False, status="error", tool="wait"
     )
+
+
+async def test_a_pragma_past_the_request_bounds_is_a_tool_error(provider: Provider) -> None:
+    # A safe integer, so the pragma's own check passed it, but past ExecuteRequest's bound:
+    # the model gets the text instead of the caller an InvalidRequestError.
+    code_mode = await open_code_mode(provider, RecordingDelegate())
+    with trio.fail_after(10):
+        refused = await code_mode.exec(
+            "call-1", '// @exec: {"max_output_tokens": 3000000000}\ntext("x")'
+        )
+        started = await code_mode.exec(
+            "call-2", '// @exec: {"max_output_tokens": 2147483647}\ntext(1)'
+        )
+    assert refused == ToolOutput(
+        items=[InputText(text="exec pragma field `max_output_tokens` must be at most 2147483647")],
+        success=False,
+        status="error",
+    )
+    assert (started.status, started.cell_id) == ("completed", "1")
+
+
+async def test_integral_floats_are_accepted_where_the_specs_say_number(
+    provider: Provider,
+) -> None:
+    # The wait spec types its numbers as JSON `number`; models send 1e3 or 1000.0.
+    code_mode = await open_code_mode(provider, RecordingDelegate())
+    with trio.fail_after(10):
+        first = await code_mode.exec(
+            "call-1", '// @exec: {"yield_time_ms": 0.0}\nawait new Promise(() => {})'
+        )
+        as_text = await code_mode.call("wait", "call-2", '{"cell_id": "1", "yield_time_ms": 1e1}')
+        as_object = await code_mode.wait({"cell_id": "1", "yield_time_ms": 10.0, "max_tokens": 5e2})
+        await code_mode.wait({"cell_id": "1", "terminate": True})
+    assert [first.status, as_text.status, as_object.status] == ["running"] * 3
+
+
+async def test_lone_surrogates_from_the_model_are_repaired(provider: Provider) -> None:
+    # What an SDK's json.loads makes of a model's "\ud83d" escape: CodeMode.call raised
+    # UnicodeEncodeError on the process provider (exec and wait) and in-process (wait).
+    async def echo(call: NestedToolCall) -> JsonValue:
+        return call.input
+
+    delegate = RecordingDelegate(on_tool=echo)
+    code_mode = await open_code_mode(provider, delegate, [tool("echo")])
+    code = json.loads('"notify(\\"n\\ud83d\\"); text(\\"half \\ud83d\\")"')
+    with trio.fail_after(10):
+        executed = await code_mode.call("exec", "call\udc00", {"code": code})
+        echoed = await code_mode.call("exec", "call-2", 'text(await tools.echo("x\\ud800"))')
+        waited = await code_mode.call("wait", "call-3", {"cell_id": "1\ud800"})
+        joined = await code_mode.call("exec", "call-4", 'text("\ud83d\ude00")')
+    assert (executed.status, body(executed)) == ("completed", ["half \ufffd"])
+    assert delegate.notifications == [("call\ufffd", "1", "n\ufffd")]
+    assert (echoed.status, body(echoed)) == ("completed", ["x\ufffd"])
+    assert (waited.status, body(waited)) == (
+        "failed",
+        ["Script error:\nexec cell 1\ufffd not found"],
+    )
+    assert body(joined) == ["\U0001f600"]
 
 
 async def test_call_dispatches_both_api_shapes(provider: Provider) -> None:

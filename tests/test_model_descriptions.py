@@ -21,6 +21,7 @@ from codemode.model import (
     tool_declaration,
     wait_description,
 )
+from codemode.model._typescript import MAX_DEPTH
 
 EMPTY_OBJECT = {"type": "object", "properties": {}, "additionalProperties": False}
 
@@ -380,6 +381,16 @@ def test_wait_description() -> None:
         ({"type": "array"}, "unknown[]"),
         ({"type": "array", "items": True}, "Array<unknown>"),
         ({"prefixItems": [{"type": "string"}, {"type": "number"}]}, "[string, number]"),
+        # A tuple with a rest element (2020-12): the prefix was dropped for `Array<number>`.
+        ({"type": "array", "prefixItems": [{"type": "string"}], "items": {"type": "number"}},
+         "[string, ...Array<number>]"),
+        ({"prefixItems": [{"type": "string"}], "items": {"anyOf": [{"type": "number"}, {"type": "null"}]}},
+         "[string, ...Array<number | null>]"),
+        ({"prefixItems": [{"type": "string"}], "items": False}, "[string]"),
+        ({"prefixItems": [], "items": {"type": "number"}}, "Array<number>"),
+        ({"type": "array", "items": [{"type": "string"}, {"type": "null"}]}, "[string, null]"),
+        ({"items": [{"type": "string"}], "additionalItems": {"type": "number"}},
+         "[string, ...Array<number>]"),
         ({"type": "object"}, "{ [key: string]: unknown; }"),
         ({"type": "object", "additionalProperties": False}, "{}"),
         ({"type": "object", "additionalProperties": {"type": "number"}}, "{ [key: string]: number; }"),
@@ -436,6 +447,56 @@ def test_render_typescript_expands_local_refs_a_bounded_number_of_times() -> Non
         },
     }
     assert render_typescript(pair) == "{ left?: string; right?: string; }"
+
+
+def _nested(depth: int, leaf: Any, wrap: Any) -> Any:
+    schema = leaf
+    for _ in range(depth):
+        schema = wrap(schema)
+    return schema
+
+
+def test_render_typescript_stops_at_max_depth() -> None:
+    # A 2,000-deep schema raised RecursionError (exec description, `mcp serve` tools/list).
+    def array(inner: Any) -> Any:
+        return {"type": "array", "items": inner}
+
+    assert render_typescript(_nested(MAX_DEPTH, {"type": "string"}, array)) == (
+        "Array<" * MAX_DEPTH + "unknown" + ">" * MAX_DEPTH
+    )
+    assert render_typescript(_nested(MAX_DEPTH - 1, {"type": "string"}, array)) == (
+        "Array<" * (MAX_DEPTH - 1) + "string" + ">" * (MAX_DEPTH - 1)
+    )
+    for wrap in (
+        array,
+        lambda inner: {"anyOf": [inner, {"type": "null"}]},
+        lambda inner: {"type": "object", "properties": {"a": inner}},
+        lambda inner: {"$ref": "#/$defs/x", "$defs": {"x": inner}},
+        lambda inner: {"const": [inner]},
+    ):
+        rendered = render_typescript(_nested(2_000, {"type": "string"}, wrap))
+        assert "unknown" in rendered
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        True, False, {}, {"type": "array", "items": False}, {"type": ["string", "null"]},
+        {"const": {"a": [1, "x"]}}, {"enum": ['a"b', "c\nd", None, 1.5, True]},
+        {"type": "object", "properties": {"a-b": {}, "": {}, "x\ny": {}, "'q'": {}}},
+        {"type": "object", "properties": {"a": {"type": "string", "description": "x\n*/ }; //"}}},
+        {"$ref": "#/$defs/Nope"}, {"$ref": "https://example.com/schema.json"},
+        {"$defs": {"N": {"type": "object", "properties": {"next": {"$ref": "#/$defs/N"}}}}, "$ref": "#/$defs/N"},
+        {"type": "object", "patternProperties": {"^x": {"type": "integer"}}},
+        {"not": {"type": "string"}}, {"if": {"type": "string"}, "then": {"minLength": 1}},
+        {"type": "string", "nullable": True}, {"type": "object", "properties": [1, 2]},
+        {"type": "object", "properties": {"a": {}}, "required": "a"}, {"type": "decimal"},
+        {"const": {1, 2}}, {"enum": [object()]}, {"const": 2**70}, {"items": None},
+        {"prefixItems": "x", "items": 3}, {"description": 3, "properties": {"a": {"description": ["x"]}}},
+    ],
+)  # fmt: skip
+def test_render_typescript_never_raises_on_odd_schemas(schema: Any) -> None:
+    assert isinstance(render_typescript(schema), str)
 
 
 @pytest.mark.parametrize(

@@ -31,8 +31,13 @@ def test_parse_exec_source_with_pragma() -> None:
             ExecSource(code="x"),
         ),
         (
-            f'// @exec: {{"max_output_tokens": {2**53 - 1}}}\nx',
-            ExecSource(code="x", max_output_tokens=2**53 - 1),
+            f'// @exec: {{"yield_time_ms": {2**53 - 1}, "max_output_tokens": {2**31 - 1}}}\nx',
+            ExecSource(code="x", yield_time_ms=2**53 - 1, max_output_tokens=2**31 - 1),
+        ),
+        # Integral floats, as models write them, count as their integers.
+        (
+            '// @exec: {"yield_time_ms": 1e3, "max_output_tokens": 500.0}\nx',
+            ExecSource(code="x", yield_time_ms=1000, max_output_tokens=500),
         ),
         # Not a pragma: the whole input is the code.
         ("x = 1 // @exec: {}\ny", ExecSource(code="x = 1 // @exec: {}\ny")),
@@ -89,7 +94,21 @@ def test_parse_exec_source_cases(text: str, expected: ExecSource) -> None:
         (
             '// @exec: {"yield_time_ms": 1.5}\nx',
             f"exec pragma fields {FIELDS} must be non-negative safe integers: "
-            "Expected `int | null`, got `float` - at `$.yield_time_ms`",
+            "Expected an integer, got 1.5 - at `$.yield_time_ms`",
+        ),
+        (
+            '// @exec: {"max_output_tokens": -1e3}\nx',
+            f"exec pragma fields {FIELDS} must be non-negative safe integers: "
+            "Expected `int` >= 0 - at `$.max_output_tokens`",
+        ),
+        # Past ExecuteRequest's bound though a safe integer: refused here, not by the request.
+        (
+            f'// @exec: {{"max_output_tokens": {2**31}}}\nx',
+            f"exec pragma field `max_output_tokens` must be at most {2**31 - 1}",
+        ),
+        (
+            '// @exec: {"max_output_tokens": 3e9}\nx',
+            f"exec pragma field `max_output_tokens` must be at most {2**31 - 1}",
         ),
         (
             '// @exec: {"yield_time_ms": true}\nx',

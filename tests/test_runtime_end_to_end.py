@@ -298,6 +298,32 @@ async def test_code_mode_exposes_normalized_illegal_mcp_tool_names(
     ]
 
 
+async def test_a_tool_named_proto_is_an_own_property_of_tools(
+    session: Session, delegate: RecordingDelegate
+) -> None:
+    # `tools.__proto__ = f` made the tool the prototype of `tools` (no own property, and
+    # `tools.call` and `tools.bind` appeared).
+    source = """
+        text(JSON.stringify(Object.getOwnPropertyNames(tools)));
+        text(Object.getPrototypeOf(tools) === Object.prototype);
+        text(typeof tools.call + " " + typeof tools.bind);
+        text((await tools.__proto__({n: 1})).value);
+        text((await tools["__proto__"]({n: 2})).value);
+        text(JSON.stringify(Object.getOwnPropertyDescriptor(tools, "__proto__"), ["writable", "enumerable", "configurable"]));
+    """
+    with trio.fail_after(10):
+        response = await run(session, delegate, source, tools=[tool("__proto__"), tool("echo")])
+    assert texts(response) == [
+        '["__proto__","echo"]',
+        "true",
+        "undefined undefined",
+        "output",
+        "output",
+        '{"writable":true,"enumerable":true,"configurable":true}',
+    ]
+    assert [call.input for call in delegate.invocations] == [{"n": 1}, {"n": 2}]
+
+
 async def test_code_mode_freeform_tool_gets_its_text_and_empty_object_results(
     session: Session,
 ) -> None:
@@ -365,10 +391,8 @@ async def test_a_tool_error_with_a_lone_surrogate_rejects_the_call(session: Sess
         after = await run(session, RecordingDelegate(), "text('still serving')")
     [rejection] = texts(response)
     # In-process the surrogate reaches the cell and leaves it as U+FFFD (engine rule 6); the
-    # process provider's client cannot encode it for the wire and says so.
-    assert rejection == "bad \ufffd text" or rejection.startswith(
-        "tool t failed: 'utf-8' codec can't encode character '\\ud800'"
-    ), rejection
+    # process provider's client repairs it so before the wire: both reject alike.
+    assert rejection == "bad \ufffd text"
     assert texts(after) == ["still serving"]
 
 

@@ -286,6 +286,21 @@ def _unresolved(city: Missing) -> str:  # type: ignore[name-defined]  # noqa: F8
     return ""
 
 
+def _mutable_default(cities: list[str] = ["Paris"]) -> str:  # noqa: B006
+    """A non-empty list default, which msgspec refuses."""
+    return ""
+
+
+def _opaque_return(city: str) -> _Opaque:
+    """A return type msgspec cannot describe."""
+    return _Opaque()
+
+
+def _mangled(city: str, __secret: str) -> str:
+    """A parameter name Python mangles."""
+    return ""
+
+
 def _generator(city: str) -> Any:
     """A generator."""
     yield city
@@ -311,7 +326,22 @@ def _generator(city: str) -> Any:
         (
             _unsupported,
             TypeError,
-            "(?s)tool _unsupported: its parameters have no JSON Schema: .*type <class '.*_Opaque'> is not supported",
+            "(?s)tool _unsupported: parameter thing has no JSON Schema: .*type <class '.*_Opaque'> is not supported",
+        ),
+        (
+            _mutable_default,
+            TypeError,
+            r"^tool _mutable_default: parameter cities has a non-empty mutable default \(\['Paris'\]\); default to None and build the value in the function$",
+        ),
+        (
+            _opaque_return,
+            TypeError,
+            "(?s)^tool _opaque_return: its return value has no JSON Schema: .*type <class '.*_Opaque'> is not supported",
+        ),
+        (
+            _mangled,
+            TypeError,
+            "^tool _mangled: parameter __secret cannot be a field of its arguments: ",
         ),
         (
             _unresolved,

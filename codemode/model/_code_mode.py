@@ -4,7 +4,9 @@ Rules:
 1. `exec` parses the pragma, starts a cell with the augmented tool definitions and formats its
    first response; `wait` observes (or terminates) a cell and formats what it gets. Errors the
    model can act on (a refused pragma, bad arguments, a busy cell, a session shutting down) come
-   back as a tool-level error output, never as an exception.
+   back as a tool-level error output, never as an exception. The model's strings (the code,
+   the call id, a cell id) are made well-formed first (`_arguments` rule 4): a lone surrogate
+   becomes U+FFFD before any provider sees it, so the providers cannot differ on it.
 2. The wall time runs from the start of the call; the token budget is the pragma's
    `max_output_tokens` for `exec`, the call's own `max_tokens` for `wait`, 10000 otherwise.
 3. Cheaper waiting, off unless asked for: `min_yield_time_ms` raises every observation window
@@ -35,6 +37,8 @@ from .._api import (
     WaitRequest,
     Yielded,
 )
+from .._limits import MAX_YIELD_TIME_MS
+from .._text import well_formed
 from ..errors import CodeModeError
 from ._arguments import ArgumentsError, WaitArguments, exec_text, wait_arguments
 from ._descriptions import (
@@ -77,7 +81,8 @@ class CodeMode:
             output, in total (None: it answers when its window ends).
 
     Raises:
-        ValueError: a negative `min_yield_time_ms` or `max_empty_wait_ms`.
+        ValueError: a `min_yield_time_ms` or `max_empty_wait_ms` below 0 or past
+            `MAX_YIELD_TIME_MS`.
 
     Every method may be called concurrently with the others (a model may call tools in
     parallel); `CodeMode` keeps no state of its own between calls.
@@ -103,6 +108,8 @@ class CodeMode:
         ):
             if value is not None and value < 0:
                 raise ValueError(f"{name} must not be negative, got {value}")
+            if value is not None and value > MAX_YIELD_TIME_MS:
+                raise ValueError(f"{name} must be at most {MAX_YIELD_TIME_MS}, got {value}")
         self._session = session
         self._delegate = delegate
         self._tools = list(tools)
@@ -167,18 +174,21 @@ class CodeMode:
         (shielded, at most `ABANDON_TIMEOUT` seconds), since no one else knows its id.
         """
         started_at = trio.current_time()
+        tool_call_id = well_formed(tool_call_id)
         try:
-            source = parse_exec_source(text)
+            source = parse_exec_source(well_formed(text))
         except PragmaError as error:
             return error_output(str(error), tool="exec")
-        request = ExecuteRequest(
-            tool_call_id=tool_call_id,
-            source=source.code,
-            enabled_tools=self._enabled,
-            yield_time_ms=self._window(source.yield_time_ms),
-            max_output_tokens=source.max_output_tokens,
-        )
         try:
+            # The pragma's bounds are the request's (rule 1): building it raises only if they
+            # part, and then the model still gets the text.
+            request = ExecuteRequest(
+                tool_call_id=tool_call_id,
+                source=source.code,
+                enabled_tools=self._enabled,
+                yield_time_ms=self._window(source.yield_time_ms),
+                max_output_tokens=source.max_output_tokens,
+            )
             started = await self._session.execute(request, self._delegate)
         except CodeModeError as error:
             return error_output(str(error), tool="exec")

@@ -5,11 +5,17 @@ Rules:
 2. If its first line, left-trimmed, starts with `// @exec:`, the rest of that line is a JSON
    object with the optional fields `yield_time_ms` and `max_output_tokens` (non-negative
    integers up to 2^53 - 1, or null), and the code is everything after the first newline.
-   Otherwise the whole input is the code.
-3. Every refusal is a `PragmaError` with the reference's exact text; where the reference quotes
-   its JSON parser, the text quotes msgspec's message instead (for instance
+   Otherwise the whole input is the code. An integral float (`1e3`, `1000.0`) counts as that
+   integer, as in the `wait` arguments.
+3. Each field is also held to the bound `ExecuteRequest` enforces (`MAX_YIELD_TIME_MS`,
+   `MAX_OUTPUT_TOKENS`): past it, ``exec pragma field `max_output_tokens` must be at most
+   2147483647`` (the reference has no text for it), so the model gets a text it can act on
+   rather than the caller an `InvalidRequestError`.
+4. Every other refusal is a `PragmaError` with the reference's exact text; where the reference
+   quotes its JSON parser, the text quotes msgspec's message instead (for instance
    `JSON is malformed: invalid character (byte 1)` or
-   `Expected `int | null`, got `str` - at `$.yield_time_ms``).
+   `Expected `int | null`, got `str` - at `$.yield_time_ms``), or for a fractional number
+   ``Expected an integer, got 1.5 - at `$.yield_time_ms` ``.
 
 Pure functions, no I/O.
 """
@@ -20,10 +26,15 @@ from typing import Annotated, Any
 
 import msgspec
 
+from .._limits import MAX_OUTPUT_TOKENS, MAX_YIELD_TIME_MS
 from ..errors import CodeModeError
+from ._arguments import NotWholeError, whole_numbers
 
 PRAGMA_PREFIX = "// @exec:"
 MAX_SAFE_INTEGER = 2**53 - 1
+
+_BOUNDS = {"yield_time_ms": MAX_YIELD_TIME_MS, "max_output_tokens": MAX_OUTPUT_TOKENS}
+"""The most each field may be (rule 3), past the safe-integer check of rule 2."""
 
 _FIELDS = "`yield_time_ms` and `max_output_tokens`"
 _BLANK = (
@@ -108,8 +119,8 @@ def _parse_pragma(directive: str) -> _Pragma:
         if key not in _Pragma.__struct_fields__:
             raise PragmaError(f"exec pragma only supports {_FIELDS}; got `{key}`")
     try:
-        pragma = msgspec.convert(value, _Pragma)
-    except msgspec.ValidationError as error:
+        pragma = msgspec.convert(whole_numbers(value, _Pragma.__struct_fields__), _Pragma)
+    except (msgspec.ValidationError, NotWholeError) as error:
         raise PragmaError(
             f"exec pragma fields {_FIELDS} must be non-negative safe integers: {error}"
         ) from None
@@ -117,4 +128,6 @@ def _parse_pragma(directive: str) -> _Pragma:
         number = getattr(pragma, field)
         if number is not None and number > MAX_SAFE_INTEGER:
             raise PragmaError(f"exec pragma field `{field}` must be a non-negative safe integer")
+        if number is not None and number > _BOUNDS[field]:
+            raise PragmaError(f"exec pragma field `{field}` must be at most {_BOUNDS[field]}")
     return pragma

@@ -12,6 +12,14 @@ Rules:
    place. One pointer is expanded at most `MAX_REF_EXPANSIONS` times along one path, so a
    recursive schema shows its shape once inside itself and then `unknown`; remote refs are
    `unknown`. Keywords beside a `$ref` are intersected with it: `(A) & (B)`.
+4. Arrays: `items` alone is `Array<T>`; `prefixItems` alone a tuple `[A, B]`; both a tuple with
+   a rest element `[A, ...Array<T>]` (JSON Schema 2020-12: `items` is then the type of the
+   elements after the prefix), or `[A]` when `items` is `false`. An `items` list (the tuple
+   form of drafts before 2020-12) is read as `prefixItems`.
+5. Any schema renders, never raises: a schema nested deeper than `MAX_DEPTH` levels (a
+   `$ref`'s expansion counts as the levels of its target) renders `unknown` from there on,
+   and so does a `const` or `enum` value with no JSON text or nested deeper than that; a
+   2,000-deep schema (an MCP server's) would otherwise exhaust Python's recursion limit.
 
 Pure functions, no I/O.
 """
@@ -29,6 +37,11 @@ from .._identifiers import normalize_identifier
 
 MAX_REF_EXPANSIONS = 2
 """How many times one `$ref` target may be open at once on the path being rendered."""
+
+MAX_DEPTH = 32
+"""How deep schemas (and `const`/`enum` values) nest before the rest renders as `unknown`
+(rule 5). Each level takes a few Python frames here, so this stays far below the default
+recursion limit of 1,000 wherever the caller stands; no tool's type is readable that deep."""
 
 _RENDERABLE = (
     "const",
@@ -62,7 +75,26 @@ def render_typescript(schema: Any) -> str:
 
 
 def _literal(value: Any) -> str:
-    return msgspec.json.encode(value).decode()
+    if _nests_deeper(value, MAX_DEPTH):
+        return "unknown"
+    try:
+        return msgspec.json.encode(value).decode()
+    except (TypeError, ValueError, OverflowError, msgspec.EncodeError):
+        return "unknown"  # a value with no JSON text, in a schema built in Python
+
+
+def _nests_deeper(value: Any, limit: int) -> bool:
+    """Whether `value`'s lists and dicts nest deeper than `limit`, found without recursion."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            if depth >= limit:
+                return True
+            stack.extend((child, depth + 1) for child in item)
+    return False
 
 
 def _property_name(name: str) -> str:
@@ -87,15 +119,20 @@ class _Renderer:
     def __init__(self, root: Any) -> None:
         self._root = root
         self._open_refs: Counter[str] = Counter()
+        self._depth = 0
 
     def render(self, schema: Any) -> str:
         if schema is True:
             return "unknown"
         if schema is False:
             return "never"
-        if not isinstance(schema, dict):
+        if not isinstance(schema, dict) or self._depth >= MAX_DEPTH:
             return "unknown"
-        return self._render_map(schema)
+        self._depth += 1
+        try:
+            return self._render_map(schema)
+        finally:
+            self._depth -= 1
 
     def _render_map(self, schema: Mapping[str, Any]) -> str:
         if "$ref" in schema:
@@ -163,12 +200,20 @@ class _Renderer:
         return "unknown"
 
     def _render_array(self, schema: Mapping[str, Any]) -> str:
-        if "items" in schema:
-            return f"Array<{self.render(schema['items'])}>"
+        items = schema.get("items")
         prefix = schema.get("prefixItems")
-        if isinstance(prefix, list) and prefix:
-            return "[" + ", ".join(self.render(item) for item in prefix) + "]"
-        return "unknown[]"
+        if isinstance(items, list):
+            prefix, items = items, schema.get("additionalItems")
+        elif "items" not in schema:
+            items = None
+        if not (isinstance(prefix, list) and prefix):
+            if items is None:
+                return "unknown[]"
+            return f"Array<{self.render(items)}>"
+        elements = [self.render(item) for item in prefix]
+        if items is not None and items is not False:
+            elements.append(f"...Array<{self.render(items)}>")
+        return "[" + ", ".join(elements) + "]"
 
     def _render_object(self, schema: Mapping[str, Any]) -> str:
         required_list = schema.get("required")

@@ -27,6 +27,7 @@ import msgspec
 import trio
 
 from .._api import SessionDelegate
+from .._text import well_formed
 from .._trio import CLEANUP_GRACE, CallbackGroup, CallWorkers, DelegateCall, contained
 from ..errors import ErrorKind, ToolError, tool_failure_message
 from ..protocol import (
@@ -192,7 +193,8 @@ class ClientCells:
                 await cell.delegate.notify(request.call_id, cell.public_id, request.text)
                 result = Ok(value=NotificationDelivered())
         except ToolError as error:
-            result = Err(kind=ErrorKind.TOOL, message=error.text)
+            # Repaired as the in-process engine reads it, so both providers reject alike.
+            result = Err(kind=ErrorKind.TOOL, message=well_formed(error.text))
         except BaseException as error:
             if not contained(error):
                 raise  # the call's own cancellation (rule 5)

@@ -30,6 +30,7 @@
   const apply = Reflect.apply;
   const ownNames = Object.getOwnPropertyNames;
   const hasOwn = Object.hasOwn;
+  const defineProperty = Reflect.defineProperty;
   const nullObject = () => Object.create(null);
   const stringify = JSON.stringify;
   const parseJson = JSON.parse;
@@ -356,7 +357,15 @@
     }
     for (let index = 0; index < config.tools.length; index++) {
       const { name, description } = config.tools[index];
-      tools[name] = nestedTool(index);
+      // Defined, not assigned: `tools.__proto__ = f` would replace the object's prototype (a
+      // tool may be called `__proto__`) instead of adding a property. Same descriptor as an
+      // assignment's, so the surface is unchanged.
+      defineProperty(tools, name, {
+        value: nestedTool(index),
+        writable: true,
+        enumerable: true,
+        configurable: true,
+      });
       allTools[allTools.length] = { name, description };
     }
     // A session without stored values (reference StoreLoadMode) has no store/load at all.
