@@ -13,6 +13,7 @@ import signal
 import threading
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
+from functools import partial
 from typing import Any
 
 import anyio
@@ -482,3 +483,25 @@ async def test_initial_response_after_the_block_raises_provider_closed(opener: O
             )
         with pytest.raises(codemode.ProviderClosedError):
             await started.initial_response()
+
+
+async def test_leaving_the_block_needs_none_of_trios_default_threads(opener: Opener) -> None:
+    gate = Gate(trio.lowlevel.current_trio_token())
+    tokens = int(trio.to_thread.current_default_thread_limiter().total_tokens)
+    try:
+        with trio.fail_after(30):
+            async with trio.open_nursery() as application:
+                async with opener() as provider:  # (spawning a host takes a default thread)
+                    mode = CodeMode(await provider.create_session(), codemode.Toolbox(), [])
+                    assert (await mode.exec("c", "text(1)")).status == "completed"
+                    # Then the application's own thread work holds every default thread.
+                    for _ in range(tokens):
+                        blocked = partial(
+                            trio.to_thread.run_sync, gate.block, abandon_on_cancel=True
+                        )
+                        application.start_soon(blocked)
+                    await gate.until_entered(tokens)
+                    assert (await mode.exec("d", "text(2)")).status == "completed"
+                application.cancel_scope.cancel()
+    finally:
+        gate.open()

@@ -58,6 +58,8 @@ IDLE_RELEASE_SECONDS = 1.0
 """How long an engine that releases memory when idle waits with no cell live nor started: long
 enough for what follows a burst of cells without starting one (a client shutting its
 sessions down: 1,000 took about 0.1 s) to be over, so that its garbage is collected too."""
+ENGINE_THREADS = 4
+"""Threads the engine's own blocking calls (its waits, its trims, its close) may hold at once."""
 RELEASE_AFTER_CELLS = 100
 """Cells closed since the last release before the next one: fewer leave little to give back,
 and each release is a full collection on the trio thread."""
@@ -109,6 +111,10 @@ class Engine:
         self.alarms = Alarms()
         """The deadlines of the cells' users, run in the engine's own task (rule 1 of
         `codemode._trio.Alarms`: a function that does not block)."""
+        # The engine's own waits and its close take threads of their own, never trio's default
+        # limiter: an application (or its tools) holding all of those must not keep the engine
+        # from closing.
+        self._threads = trio.CapacityLimiter(ENGINE_THREADS)
 
     @property
     def live_cells(self) -> int:
@@ -134,7 +140,9 @@ class Engine:
         """Wait until the pool of prepared runtimes is full (False: not within `seconds`, or a
         preparation failed for lack of memory). The wait in its thread cannot be cancelled:
         `seconds` bounds it."""
-        return await trio.to_thread.run_sync(self._native.wait_prepared, seconds)
+        return await trio.to_thread.run_sync(
+            self._native.wait_prepared, seconds, limiter=self._threads
+        )
 
     @property
     def trims(self) -> int:
@@ -159,7 +167,9 @@ class Engine:
     async def wait_trimmed(self, after: int, seconds: float = 10.0) -> int:
         """Wait until more than `after` trims happened (or `seconds` passed); the trims so
         far. The wait in its thread cannot be cancelled: `seconds` bounds it."""
-        return await trio.to_thread.run_sync(self._native.wait_trimmed, after, seconds)
+        return await trio.to_thread.run_sync(
+            self._native.wait_trimmed, after, seconds, limiter=self._threads
+        )
 
     @property
     def worker_threads(self) -> int:
@@ -252,7 +262,7 @@ class Engine:
             await trio.lowlevel.checkpoint()
             await trio.lowlevel.checkpoint()
             gc.collect()
-            await trio.to_thread.run_sync(self._native.trim)
+            await trio.to_thread.run_sync(self._native.trim, limiter=self._threads)
 
     def _dispatch(self, raw_events: list[_quickjs.RawEvent]) -> None:
         cells = self._cells
@@ -340,4 +350,4 @@ async def open_engine(
     finally:
         trio.lowlevel.notify_closing(native.fileno())
         with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(native.close)
+            await trio.to_thread.run_sync(native.close, limiter=engine._threads)
