@@ -5,8 +5,13 @@ Rules:
    (a console script does not put it there), so `examples.weather_tools` works from the
    repository's root; `ATTR` may be dotted too.
 2. The attribute must be a tool source (a `Toolbox`, a `combine(...)` result, anything with
-   `definitions()` and the `SessionDelegate` methods); several are combined.
-3. Every mistake is a `UsageError` whose text fits on one line: the command prints it and exits
+   `definitions()` and the `SessionDelegate` methods), an instance and not a class; several
+   are combined.
+3. Whatever importing the module raises, `SystemExit` included, is a mistake of the command
+   line (Ctrl-C aside): the module may not end the command with a status of its own.
+4. The cell's file is UTF-8; a byte-order mark at its start is dropped, so that the pragma
+   line after it is still the first line.
+5. Every mistake is a `UsageError` whose text fits on one line: the command prints it and exits
    with status 2, without a traceback.
 """
 
@@ -57,14 +62,22 @@ def _load_one(spec: str) -> ToolSource:
         sys.path.insert(0, working_directory)
     try:
         module = importlib.import_module(module_name)
-    except Exception as error:  # whatever the module raises while it is imported
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # whatever the module raises while it is imported (rule 3)
         raise UsageError(
             _one_line(f"cannot import {module_name}: {type(error).__name__}: {error}")
         ) from error
     try:
-        value = functools.reduce(getattr, attribute.split("."), module)
+        value: object = functools.reduce(getattr, attribute.split("."), module)
     except AttributeError:
         raise UsageError(f"module {module_name} has no attribute {attribute!r}") from None
+    if isinstance(value, type):
+        # A class has the protocol's methods as plain functions, so the check below passes it.
+        raise UsageError(
+            f"{spec} is a class, not a toolbox: name an instance of it (a codemode.Toolbox or "
+            f"the result of codemode.combine), such as `toolbox = {value.__name__}()`"
+        )
     if not isinstance(value, ToolSource):
         raise UsageError(
             f"{spec} is not a toolbox (a codemode.Toolbox or the result of codemode.combine), "
@@ -74,13 +87,13 @@ def _load_one(spec: str) -> ToolSource:
 
 
 def read_source(path: str) -> str:
-    """The text of the cell's file.
+    """The text of the cell's file, without a byte-order mark (rule 4).
 
     Raises:
         UsageError: the file cannot be read or is not UTF-8 text.
     """
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8-sig")
     except OSError as error:
         raise UsageError(f"cannot read {path}: {error.strerror or error}") from error
     except UnicodeDecodeError as error:

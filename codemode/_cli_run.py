@@ -7,19 +7,28 @@ Rules:
 1. Each response is written item by item, each item ending with a line break (the header item
    has its own), an image as `[image <mime>, <n> bytes]`, a blank line between responses.
 2. The `--yield-time-ms` and `--max-tokens` options go into the exec pragma (over the file's
-   own pragma values) and into every `wait`.
+   own pragma values) and into every `wait`. A `wait` that sees no new output keeps watching
+   for `QUIET_WAIT_MS` in all, so a 0 ms window gives a response per output, not a busy loop.
 3. Ctrl-C (SIGINT) terminates the cell (even during `exec`, before its id reached us: the
    session wrapper saw it), prints the `terminate` response and ends with status 130; SIGTERM
    (`kill`, `timeout`) does the same and ends with status 3, the cell's terminated status. A
    response the interrupted call returned meanwhile is dropped, so only one is printed.
-4. On a terminal, standard error shows the elapsed time and the counts so far, cleared before
+4. The clean-up (terminating the cell, closing the provider) is bounded: `EXIT_TIMEOUT`
+   seconds after the cell ended or the first signal came, the process exits anyway; a second
+   signal, or one during the clean-up, exits at once (130 for SIGINT, 3 for SIGTERM).
+5. Standard output closed early (`| head -1`): the cell is terminated, nothing more is
+   printed, no traceback, and the status is `OUTPUT_CLOSED` (141).
+6. On a terminal, standard error shows the elapsed time and the counts so far, cleared before
    anything else is written; on a pipe it shows nothing of the kind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
+import sys
 from collections.abc import AsyncIterator
 from typing import Any, NoReturn, TextIO
 
@@ -53,6 +62,16 @@ from .model._images import decode_data_url
 CALL_ID = "call-1"
 EXIT_STATUS = {"completed": 0, "failed": 1, "error": 1, "terminated": 3}
 INTERRUPTED = 130
+OUTPUT_CLOSED = 141
+"""The status when standard output was closed early (`| head -1`): what a shell shows for a
+program killed by SIGPIPE (128 + 13), as `yes | head -1` gives."""
+
+EXIT_TIMEOUT = 5.0
+"""Seconds the command's clean-up may take once the cell has ended or the first Ctrl-C came."""
+
+QUIET_WAIT_MS = 1_000
+"""How long a `wait` that sees no new output keeps watching the running cell (`CodeMode`'s
+`max_empty_wait_ms`): `--yield-time-ms 0` gives a response per output, not a busy loop."""
 _CLEAR_LINE = "\r\x1b[K"
 
 
@@ -133,17 +152,36 @@ class _Printer:
         self._err = err
         self._progress = progress
         self._responses = 0
+        self._closed = False
 
-    def response(self, output: ToolOutput) -> None:
+    def response(self, output: ToolOutput) -> bool:
+        """Write `output`; False when standard output is closed (its reader left)."""
         if self._progress is not None:
             self._progress.clear()
             self._progress.responses += 1
             self._progress.items += len(output.items) - 1  # the header is not output
-        if self._responses:
-            self._out.write("\n")
-        self._responses += 1
-        self._out.writelines(render_item(item) + "\n" for item in output.items)
-        self._out.flush()
+        if self._closed:
+            return False
+        try:
+            if self._responses:
+                self._out.write("\n")
+            self._responses += 1
+            self._out.writelines(render_item(item) + "\n" for item in output.items)
+            self._out.flush()
+        except BrokenPipeError:
+            self._closed = True
+            self._discard_output()
+            return False
+        return True
+
+    def _discard_output(self) -> None:
+        # What is still buffered would fail again when Python flushes the stream at exit
+        # ("Exception ignored ... BrokenPipeError"); the null device takes it instead, as the
+        # signal module's documentation advises for SIGPIPE.
+        with contextlib.suppress(OSError, ValueError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._out.fileno())
+            os.close(null)
 
     def error(self, text: str) -> None:
         if self._progress is not None:
@@ -215,39 +253,77 @@ class _CellIdRecorder:
 
 
 class _Run:
-    """One `codemode run`: the exec and wait calls, and Ctrl-C."""
+    """One `codemode run`: the exec and wait calls, the signals, and the bound of the exit."""
 
-    def __init__(self, code_mode: CodeMode, session: _CellIdRecorder, printer: _Printer) -> None:
-        self._code_mode = code_mode
-        self._session = session
+    def __init__(self, printer: _Printer) -> None:
         self._printer = printer
-        self._calls = trio.CancelScope()
+        self._code_mode: CodeMode | None = None
+        self._session: _CellIdRecorder | None = None
+        self.work = trio.CancelScope()  # the provider's block, cancelled by the first signal
         self._interrupted = False
+        self._ending = trio.Event()  # the cell ended or a signal came: the exit bound runs
         self.status = INTERRUPTED  # set when the calls end, or by the signal that ends them
 
-    async def to_end(self, text: str, wait_arguments: dict[str, Any]) -> None:
-        with self._calls:
-            output = await self._code_mode.exec(CALL_ID, text)
-            while not self._interrupted:
-                self._printer.response(output)
-                if output.status != "running":
-                    self.status = EXIT_STATUS[output.status]
-                    return
-                output = await self._code_mode.wait({"cell_id": output.cell_id, **wait_arguments})
-            await trio.sleep_forever()  # interrupted: the terminate response is printed instead
+    def attach(self, code_mode: CodeMode, session: _CellIdRecorder) -> None:
+        self._code_mode = code_mode
+        self._session = session
 
-    async def watch_signals(self, signals: AsyncIterator[int]) -> None:
+    def ended(self) -> None:
+        """The calls are over: what is left is the clean-up, which `bound_exit` bounds."""
+        self._ending.set()
+
+    async def to_end(self, code_mode: CodeMode, text: str, wait_arguments: dict[str, Any]) -> None:
+        output = await code_mode.exec(CALL_ID, text)
+        while not self._interrupted:
+            if not self._printer.response(output):
+                self.status = OUTPUT_CLOSED
+                return
+            if output.status != "running":
+                self.status = EXIT_STATUS[output.status]
+                return
+            output = await code_mode.wait({"cell_id": output.cell_id, **wait_arguments})
+        await trio.sleep_forever()  # interrupted: the terminate response is printed instead
+
+    async def watch_signals(self, signals: AsyncIterator[int], nursery: trio.Nursery) -> None:
         async for signum in signals:
+            status = INTERRUPTED if signum == signal.SIGINT else EXIT_STATUS["terminated"]
+            if self._ending.is_set():
+                self._printer.error("interrupted again: exiting without cleaning up")
+                exit_now(status)
             self._interrupted = True
-            self.status = INTERRUPTED if signum == signal.SIGINT else EXIT_STATUS["terminated"]
-            cell_id = self._session.cell_id
-            if cell_id is None:
-                self._printer.error("interrupted before the cell started")
-            else:
-                terminated = await self._code_mode.wait({"cell_id": cell_id, "terminate": True})
-                self._printer.response(terminated)
-            self._calls.cancel()
-            return
+            self.status = status
+            self._ending.set()
+            nursery.start_soon(self._terminate)
+
+    async def _terminate(self) -> None:
+        cell_id = None if self._session is None else self._session.cell_id
+        if self._code_mode is None or cell_id is None:
+            self._printer.error("interrupted before the cell started")
+        else:
+            terminated = await self._code_mode.wait({"cell_id": cell_id, "terminate": True})
+            self._printer.response(terminated)
+        self.work.cancel()
+
+    async def bound_exit(self) -> None:
+        await self._ending.wait()
+        await trio.sleep(EXIT_TIMEOUT)  # a deadline, not a synchronisation
+        self._printer.error(
+            f"the clean-up did not end within {EXIT_TIMEOUT:g} s (a tool that ignores "
+            "cancellation?): exiting without it"
+        )
+        exit_now(self.status)
+
+
+def exit_now(status: int) -> NoReturn:
+    """End the process at once with `status`, after writing out what was printed.
+
+    The clean-up left undone ends with the process: the host process watches for its parent's
+    exit, and tool threads do not outlive it.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(status)
 
 
 async def run_file(
@@ -257,7 +333,11 @@ async def run_file(
 
     Returns:
         The exit status: 0 completed, 1 failed, 3 terminated (SIGTERM included), 130
-        interrupted (SIGINT).
+        interrupted (SIGINT), 141 standard output closed early.
+
+    Within `EXIT_TIMEOUT` seconds of the cell's end or of the first signal, the process has
+    exited: a clean-up still going on then (a tool that ignores cancellation) is cut short by
+    `exit_now`, as is everything by a second signal.
     """
     from . import open_in_process_provider, open_process_provider
 
@@ -266,17 +346,30 @@ async def run_file(
     printer = _Printer(out, err, progress)
     delegate = combine(tools, _NotificationPrinter(printer))
     open_provider = open_in_process_provider if options.in_process else open_process_provider
+    run = _Run(printer)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with open_provider() as provider:
-            session = _CellIdRecorder(await provider.create_session())
-            code_mode = CodeMode(session, delegate, tools.definitions())
-            run = _Run(code_mode, session, printer)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(run.watch_signals, signals)
-                if progress is not None:
-                    nursery.start_soon(progress.run)
-                await run.to_end(text, wait_arguments)
-                nursery.cancel_scope.cancel()
+        async with trio.open_nursery() as watchers:
+            watchers.start_soon(run.watch_signals, signals, watchers)
+            watchers.start_soon(run.bound_exit)
+            with run.work:
+                async with open_provider() as provider:
+                    session = _CellIdRecorder(await provider.create_session())
+                    code_mode = CodeMode(
+                        session,
+                        delegate,
+                        tools.definitions(),
+                        max_empty_wait_ms=QUIET_WAIT_MS,
+                    )
+                    run.attach(code_mode, session)
+                    try:
+                        async with trio.open_nursery() as nursery:
+                            if progress is not None:
+                                nursery.start_soon(progress.run)
+                            await run.to_end(code_mode, text, wait_arguments)
+                            nursery.cancel_scope.cancel()
+                    finally:
+                        run.ended()
             if progress is not None:
                 progress.clear()
+            watchers.cancel_scope.cancel()
     return run.status

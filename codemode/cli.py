@@ -6,13 +6,18 @@
     codemode mcp serve [--server NAME=COMMAND_OR_URL]... [--config FILE] [--tools MODULE:ATTR]...
                        [--http HOST:PORT [--token-file FILE]] [--in-process]
 
-Exit status: 0 the cell completed, 1 it failed, 2 a usage error, 3 it was terminated (SIGTERM
-terminates it), 130 interrupted (Ctrl-C terminates it too).
+Exit status: 0 the cell completed, 1 it failed (or codemode itself failed: one line on standard
+error), 2 a usage error, 3 it was terminated (SIGTERM terminates it), 130 interrupted (Ctrl-C
+terminates it too), 141 standard output was closed early (`codemode run big.js | head -1`).
 
 Rules:
 1. Standard output holds exactly what the model would see (`run`) or read (`describe`);
    anything else (progress, notifications, logs, errors) goes to standard error.
 2. A usage error is one line on standard error and exit status 2, never a traceback.
+3. `--yield-time-ms` and `--max-tokens` take the ranges `ExecuteRequest` takes (the yield time
+   also within what the exec pragma, a JSON number, carries exactly).
+4. An error of codemode's own (`CodeModeError`: a host that did not start or was lost, a
+   refused request) is one line on standard error and exit status 1, never a traceback.
 """
 
 from __future__ import annotations
@@ -21,23 +26,34 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from ._api import MAX_OUTPUT_TOKENS, MAX_YIELD_TIME_MS
 from ._cli_inputs import UsageError, load_tools, read_source
+from .errors import CodeModeError
+from .model._pragma import MAX_SAFE_INTEGER
 
+FAILED = 1
 USAGE_ERROR = 2
 INTERRUPTED = 130
 
+MAX_YIELD_TIME_OPTION = min(MAX_YIELD_TIME_MS, MAX_SAFE_INTEGER)
+"""The largest `--yield-time-ms`: the option is written into the exec pragma, whose numbers
+stop at JavaScript's largest safe integer, below `ExecuteRequest`'s bound (rule 3)."""
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
-    return value
+
+def _count(high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if not 0 <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be between 0 and {high}, got {value}")
+        return value
+
+    return parse
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -58,20 +74,24 @@ def _parser() -> argparse.ArgumentParser:
             "Run FILE as one exec cell, waiting through its yields, and print each response's "
             "items as the model sees them (a blank line between responses). Exit status: 0 "
             "completed, 1 failed, 2 usage error, 3 terminated (SIGTERM terminates the cell), "
-            "130 interrupted (Ctrl-C terminates the cell)."
+            "130 interrupted (Ctrl-C terminates the cell; a second Ctrl-C exits at once), 141 "
+            "standard output closed early."
         ),
     )
     run.add_argument("file", metavar="FILE.js", help="the JavaScript source of the cell")
     run.add_argument("--tools", action="append", default=[], metavar="MODULE:ATTR", help=tools_help)
     run.add_argument(
         "--yield-time-ms",
-        type=_count,
+        type=_count(MAX_YIELD_TIME_OPTION),
         metavar="N",
-        help="yield after N ms (exec and each wait; default: the file's pragma, or 10000)",
+        help=(
+            "yield after N ms (exec and each wait; default: the file's pragma, or 10000); a "
+            "wait that sees no output keeps watching for at least 1000 ms"
+        ),
     )
     run.add_argument(
         "--max-tokens",
-        type=_count,
+        type=_count(MAX_OUTPUT_TOKENS),
         metavar="N",
         help="token budget of each response (default: the file's pragma, or 10000)",
     )
@@ -160,9 +180,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit status.
     """
-    arguments = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="codemode: %(name)s: %(message)s")
     try:
+        arguments = _parser().parse_args(argv)
+        logging.basicConfig(level=logging.WARNING, format="codemode: %(name)s: %(message)s")
         if arguments.command == "describe":
             return _describe(arguments)
         if arguments.command == "mcp":
@@ -173,6 +193,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USAGE_ERROR
     except KeyboardInterrupt:  # before the cell started (importing the tools, say)
         return INTERRUPTED
+    except (CodeModeError, BaseExceptionGroup) as error:
+        found = _codemode_error(error)
+        if found is None:
+            raise
+        print(f"codemode: {_one_line(str(found))}", file=sys.stderr)
+        return USAGE_ERROR if isinstance(found, UsageError) else FAILED
+
+
+def _codemode_error(error: BaseException) -> CodeModeError | None:
+    """The library error `error` is, or the first of a group that holds only such errors."""
+    if isinstance(error, CodeModeError):
+        return error
+    if not isinstance(error, BaseExceptionGroup):
+        return None
+    found = [_codemode_error(inner) for inner in error.exceptions]
+    if not found or any(inner is None for inner in found):
+        return None
+    return found[0]
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _mcp_serve(arguments: argparse.Namespace) -> int:

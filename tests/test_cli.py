@@ -268,9 +268,222 @@ async def test_progress_shows_on_a_terminal_only() -> None:
     assert shown.endswith(b"\r\x1b[K")
 
 
+# ---- run: odd input, closed output, tools that misbehave ---------------------------------------
+
+
+async def test_a_byte_order_mark_does_not_hide_the_pragma(tmp_path: Path) -> None:
+    script = tmp_path / "bom.js"
+    script.write_bytes(
+        b'\xef\xbb\xbf// @exec: {"max_output_tokens": 5}\ntext("0123456789".repeat(4));\n'
+    )
+    result = await codemode("run", str(script))
+    assert (result.returncode, result.stderr) == (0, b"")
+    assert "…5 tokens truncated…" in result.stdout.decode()
+
+
+async def test_a_zero_yield_time_does_not_busy_loop(tmp_path: Path) -> None:
+    script = tmp_path / "quiet.js"
+    script.write_text('await new Promise((resolve) => setTimeout(resolve, 1000)); text("done");\n')
+    result = await codemode("run", str(script), "--yield-time-ms", "0")
+    assert (result.returncode, result.stderr) == (0, b"")
+    # The exec's response at once, then waits that keep watching a silent cell for 1 s each
+    # (thousands of responses before).
+    headers = re.findall(r"^Script .*$", result.stdout.decode(), re.MULTILINE)
+    assert 2 <= len(headers) <= 4, headers
+    assert headers[-1] == "Script completed"
+    assert result.stdout.decode().endswith("Output:\ndone\n")
+
+
+async def test_a_pragma_out_of_range_prints_no_traceback(tmp_path: Path) -> None:
+    script = tmp_path / "big_budget.js"
+    script.write_text('// @exec: {"max_output_tokens": 3000000000}\ntext("hi");\n')
+    result = await codemode("run", str(script))
+    assert result.returncode == 1
+    assert b"Traceback" not in result.stderr
+    # The model's error output on stdout, or one line of codemode's on stderr.
+    assert b"max_output_tokens" in result.stdout + result.stderr
+    assert len(result.stderr.splitlines()) <= 1
+
+
+@pytest.mark.slow
+async def test_closed_standard_output_exits_141_quietly(tmp_path: Path) -> None:
+    script = tmp_path / "big.js"
+    script.write_text('for (let i = 0; i < 200000; i++) text("line " + i);\n')
+    with trio.fail_after(TIMEOUT):
+        process = await trio.lowlevel.open_process(
+            [COMMAND, "run", str(script), "--max-tokens", "100000000"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert process.stdout is not None
+        assert process.stderr is not None
+        first = b""
+        while b"\n" not in first:
+            first += await process.stdout.receive_some()
+        await process.stdout.aclose()  # as `| head -1` does once it has its line
+        stderr = b""
+        async for chunk in process.stderr:
+            stderr += chunk
+        status = await process.wait()
+    assert first.startswith(b"Script completed\n")
+    assert (status, stderr) == (141, b"")
+
+
+@pytest.mark.slow
+async def test_ctrl_c_while_python_imports_exits_130(tmp_path: Path) -> None:
+    (tmp_path / "spin.js").write_text("while (true) {}\n")
+    # Python reports each import as it ends: the signal lands while `codemode` is imported.
+    environment = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+    with trio.fail_after(TIMEOUT):
+        process = await trio.lowlevel.open_process(
+            [COMMAND, "run", "spin.js"],
+            cwd=tmp_path,
+            env=environment,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        assert process.stderr is not None
+        stderr = b""
+        async for chunk in process.stderr:
+            stderr += chunk
+            if b" codemode.errors\n" in stderr:
+                break
+        process.send_signal(signal.SIGINT)
+        async for chunk in process.stderr:
+            stderr += chunk
+        status = await process.wait()
+    assert status == 130
+    assert b"Traceback" not in stderr
+    assert b"KeyboardInterrupt" not in stderr
+
+
+UNCANCELLABLE_TOOLS = """
+import sys, time
+import codemode, trio
+
+toolbox = codemode.Toolbox()
+
+@toolbox.tool
+async def fetch() -> str:
+    \"\"\"Wraps a blocking call the usual way, which cancellation cannot stop.\"\"\"
+    await trio.to_thread.run_sync(time.sleep, 30)
+    return "fetched"
+
+@toolbox.tool
+def exits() -> str:
+    \"\"\"Calls sys.exit, as argparse does on bad input.\"\"\"
+    raise SystemExit(2)
+"""
+
+
+async def kill(process: trio.Process) -> None:
+    process.kill()
+
+
+UNCANCELLABLE_CELL = 'text("start"); yield_control(); await tools.fetch();\n'
+
+
+async def start_uncancellable(tmp_path: Path) -> tuple[trio.Process, dict[str, bytes]]:
+    (tmp_path / "slow_tools.py").write_text(UNCANCELLABLE_TOOLS)
+    (tmp_path / "cell.js").write_text(UNCANCELLABLE_CELL)
+    process = await trio.lowlevel.open_process(
+        [COMMAND, "run", "cell.js", "--tools", "slow_tools:toolbox"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    return process, {"stdout": b"", "stderr": b""}
+
+
+async def collect_until(
+    stream: trio.abc.ReceiveStream, captured: dict[str, bytes], name: str, marker: bytes
+) -> None:
+    while marker not in captured[name]:
+        chunk = await stream.receive_some()
+        assert chunk, captured
+        captured[name] += chunk
+
+
+async def collect_to_end(
+    stream: trio.abc.ReceiveStream, captured: dict[str, bytes], name: str
+) -> None:
+    async for chunk in stream:
+        captured[name] += chunk
+
+
+@pytest.mark.slow
+async def test_ctrl_c_ends_the_run_in_bounded_time_despite_a_stuck_tool(tmp_path: Path) -> None:
+    with trio.fail_after(TIMEOUT):
+        process, captured = await start_uncancellable(tmp_path)
+        assert process.stdout is not None
+        assert process.stderr is not None
+        await collect_until(process.stdout, captured, "stdout", b"start\n")
+        process.send_signal(signal.SIGINT)
+        interrupted_at = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(collect_to_end, process.stdout, captured, "stdout")
+            nursery.start_soon(collect_to_end, process.stderr, captured, "stderr")
+            status = await process.wait()
+        elapsed = trio.current_time() - interrupted_at
+    assert status == 130
+    # EXIT_TIMEOUT (5 s) after the signal at the latest, the tool's thread still asleep.
+    assert elapsed < 8, elapsed
+    assert normalised(captured["stdout"].decode()) == (
+        header("Script running with cell ID 1") + "start\n\n" + header("Script terminated")
+    )
+    assert b"Traceback" not in captured["stderr"]
+
+
+@pytest.mark.slow
+async def test_a_second_ctrl_c_exits_at_once(tmp_path: Path) -> None:
+    with trio.fail_after(TIMEOUT):
+        process, captured = await start_uncancellable(tmp_path)
+        assert process.stdout is not None
+        assert process.stderr is not None
+        await collect_until(process.stdout, captured, "stdout", b"start\n")
+        process.send_signal(signal.SIGINT)
+        await collect_until(process.stdout, captured, "stdout", b"Script terminated")
+        process.send_signal(signal.SIGINT)
+        again_at = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(collect_to_end, process.stdout, captured, "stdout")
+            nursery.start_soon(collect_to_end, process.stderr, captured, "stderr")
+            status = await process.wait()
+        elapsed = trio.current_time() - again_at
+    assert status == 130
+    assert elapsed < 2, elapsed
+    assert normalised(captured["stdout"].decode()).endswith(header("Script terminated"))
+    assert captured["stderr"].decode() == (
+        "codemode: interrupted again: exiting without cleaning up\n"
+    )
+
+
+@pytest.mark.slow
+async def test_a_tool_raising_system_exit_rejects_only_its_call(tmp_path: Path) -> None:
+    # needs the tool-containment fix (a tool's SystemExit rejects its call's promise)
+    (tmp_path / "slow_tools.py").write_text(UNCANCELLABLE_TOOLS)
+    (tmp_path / "exits.js").write_text(
+        'try { await tools.exits(); } catch (e) { text("caught " + e); }\ntext("end");\n'
+    )
+    with trio.fail_after(10):
+        result = await trio.run_process(
+            [COMMAND, "run", "exits.js", "--tools", "slow_tools:toolbox"],
+            cwd=tmp_path,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            deliver_cancel=kill,
+        )
+    assert result.returncode == 0, result.stderr.decode()
+    output = normalised(result.stdout.decode())
+    assert output.startswith(header("Script completed") + "caught ")
+    assert output.endswith("\nend\n")
+
+
 # ---- run and describe: usage errors ----------------------------------------------------------
 
 BROKEN_MODULE = "raise RuntimeError('the tools are\\nbroken')\n"
+EXITING_MODULE = "raise SystemExit(5)\n"
 OTHER_TOOLS = """
 import codemode
 toolbox = codemode.Toolbox()
@@ -279,6 +492,9 @@ toolbox = codemode.Toolbox()
 def list_cities() -> list[str]:
     \"\"\"A clash with the weather tools.\"\"\"
     return []
+
+class MyTools(codemode.Toolbox):
+    pass
 """
 
 
@@ -290,7 +506,9 @@ def list_cities() -> list[str]:
         (["run", "script.js", "--tools", "examples/weather_tools.py:toolbox"], "codemode: --tools expects a dotted module name (like examples.weather_tools), got 'examples/weather_tools.py'"),
         (["run", "script.js", "--tools", "no_such_module:toolbox"], "codemode: cannot import no_such_module: ModuleNotFoundError: No module named 'no_such_module'"),
         (["run", "script.js", "--tools", "broken_tools:toolbox"], "codemode: cannot import broken_tools: RuntimeError: the tools are broken"),
+        (["run", "script.js", "--tools", "exiting_tools:toolbox"], "codemode: cannot import exiting_tools: SystemExit: 5"),
         (["run", "script.js", "--tools", "other_tools:missing"], "codemode: module other_tools has no attribute 'missing'"),
+        (["run", "script.js", "--tools", "other_tools:MyTools"], "codemode: other_tools:MyTools is a class, not a toolbox: name an instance of it (a codemode.Toolbox or the result of codemode.combine), such as `toolbox = MyTools()`"),
         (["run", "script.js", "--tools", "other_tools:codemode"], "codemode: other_tools:codemode is not a toolbox (a codemode.Toolbox or the result of codemode.combine), got module"),
         (["run", "script.js", *WEATHER_TOOLS, "--tools", "other_tools:toolbox"], "codemode: tool name list_cities is defined twice"),
         (["describe", "--tools", "other_tools:toolbox.nope"], "codemode: module other_tools has no attribute 'toolbox.nope'"),
@@ -303,6 +521,7 @@ async def test_usage_errors_are_one_line_and_status_2(
     # Run from a directory of its own: the working directory is where modules are found.
     (tmp_path / "script.js").write_text('text("never run");\n')
     (tmp_path / "broken_tools.py").write_text(BROKEN_MODULE)
+    (tmp_path / "exiting_tools.py").write_text(EXITING_MODULE)
     (tmp_path / "other_tools.py").write_text(OTHER_TOOLS)
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     result = await codemode(*arguments, cwd=tmp_path)
@@ -314,7 +533,10 @@ async def test_usage_errors_are_one_line_and_status_2(
     ("arguments", "error"),
     [
         (["run"], "the following arguments are required: FILE.js"),
-        (["run", "x.js", "--max-tokens", "-1"], "argument --max-tokens: must not be negative, got -1"),
+        (["run", "x.js", "--max-tokens", "-1"], "argument --max-tokens: must be between 0 and 2147483647, got -1"),
+        # ExecuteRequest's bound; the yield time's is the pragma's, JavaScript's largest safe integer.
+        (["run", "x.js", "--max-tokens", "3000000000"], "argument --max-tokens: must be between 0 and 2147483647, got 3000000000"),
+        (["run", "x.js", "--yield-time-ms", str(2**53)], "argument --yield-time-ms: must be between 0 and 9007199254740991, got 9007199254740992"),
         (["run", "x.js", "--yield-time-ms", "soon"], "argument --yield-time-ms: expected a whole number, got 'soon'"),
         (["describe", "--json", "--api", "gemini"], "argument --api: invalid choice: 'gemini'"),
         (["serve"], "argument COMMAND: invalid choice: 'serve'"),

@@ -7,6 +7,7 @@ client); the service's shutdown terminating cells is checked in memory.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -413,3 +414,105 @@ async def test_the_copy_paste_examples_of_docs_mcp_run(everything: list[str]) ->
     assert "The sum of 2 and 3 is 5." in outputs["toolbox"]
     assert outputs["client"].startswith("False Script completed\nWall time ")
     assert '"sky":' in outputs["client"]
+
+
+# ---- stdio: requests the SDK cannot parse, tools that exit ---------------------------------------
+
+
+async def read_line(stream: trio.abc.ReceiveStream, buffer: bytearray) -> dict[str, Any]:
+    while b"\n" not in buffer:
+        chunk = await stream.receive_some()
+        assert chunk, bytes(buffer)
+        buffer += chunk
+    line, _, rest = bytes(buffer).partition(b"\n")
+    buffer[:] = rest
+    message: dict[str, Any] = json.loads(line)
+    return message
+
+
+@pytest.mark.slow
+async def test_stdio_answers_a_request_holding_a_lone_surrogate() -> None:
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"},
+        },
+    }
+    # Valid JSON that the SDK's parser refuses: "\ud83d" is half of a character.
+    lone = r'{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "exec", "arguments": {"code": "text(\"half: \ud83d\")"}}}'
+    listing = (
+        r'{"jsonrpc": "2.0", "id": "l", "method": "tools/list", "params": {"cursor": "\udc00"}}'
+    )
+    after = {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "tools/call",
+        "params": {"name": "exec", "arguments": {"code": "text('still here')"}},
+    }
+    with trio.fail_after(TIMEOUT):
+        process = await trio.lowlevel.open_process(
+            [CODEMODE, "mcp", "serve"],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert process.stdin is not None
+        assert process.stdout is not None
+        buffer = bytearray()
+        await process.stdin.send_all(json.dumps(initialize).encode() + b"\n")
+        assert (await read_line(process.stdout, buffer))["id"] == 1
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        await process.stdin.send_all(json.dumps(initialized).encode() + b"\n")
+        await process.stdin.send_all(lone.encode() + b"\n")
+        answer = await read_line(process.stdout, buffer)
+        await process.stdin.send_all(listing.encode() + b"\n")
+        refused = await read_line(process.stdout, buffer)
+        await process.stdin.send_all(json.dumps(after).encode() + b"\n")
+        next_answer = await read_line(process.stdout, buffer)
+        await process.stdin.aclose()
+        status = await process.wait()
+    assert answer["id"] == 2
+    assert answer["result"]["isError"] is True
+    [block] = answer["result"]["content"]
+    assert block["text"].startswith("the request holds a lone surrogate escape")
+    assert refused["id"] == "l"
+    assert refused["error"]["code"] == types.INVALID_REQUEST
+    assert next_answer["id"] == 3
+    assert next_answer["result"]["isError"] is False
+    assert [block["text"] for block in next_answer["result"]["content"]][1:] == ["still here"]
+    assert status == 0
+
+
+EXITING_TOOLS = """
+import codemode
+
+toolbox = codemode.Toolbox()
+
+@toolbox.tool
+def exits() -> str:
+    \"\"\"Calls sys.exit, as argparse does on bad input.\"\"\"
+    raise SystemExit(2)
+"""
+
+
+@pytest.mark.slow
+async def test_stdio_a_tool_raising_system_exit_fails_only_its_call(tmp_path: Path) -> None:
+    # needs the tool-containment fix (a tool's SystemExit rejects its call's promise)
+    (tmp_path / "exiting_tools.py").write_text(EXITING_TOOLS)
+    server = StdioServerParameters(
+        command=CODEMODE,
+        args=["mcp", "serve", "--tools", "exiting_tools:toolbox"],
+        cwd=tmp_path,
+    )
+    with trio.fail_after(20):
+        async with Client(server) as client:
+            code = 'try { await tools.exits(); } catch (e) { text("caught " + e); }'
+            result = await client.call_tool("exec", {"code": code})
+            assert not result.is_error, text_of(result)
+            assert "caught " in text_of(result)
+            result = await client.call_tool("exec", {"code": "text('next')"})
+            assert text_of(result).endswith("next")

@@ -20,7 +20,7 @@ def main() -> int:
     if not link.is_symlink():
         link.symlink_to(ROOT / "host", target_is_directory=True)
     command = [sys.executable, "-m", "mypy", "codemode", str(link.relative_to(ROOT))]
-    command += ["tests", "benchmarks", "examples", "noxfile.py"]
+    command += ["codemode_cli.py", "tests", "benchmarks", "examples", "noxfile.py"]
     return subprocess.run(command, cwd=ROOT, check=False).returncode
 
 

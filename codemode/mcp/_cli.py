@@ -10,20 +10,31 @@ Rules:
    the socket listens; SIGINT or SIGTERM stops the server (both on stdio too).
 5. On every way out, each client's session is shut down (its cells terminated), then the
    upstream MCP servers and the host process.
+6. On stdio, a request the SDK's JSON parser refuses but that is JSON all the same (a lone
+   surrogate escape, `"\\ud83d"`, which Python's `json` reads) is answered, not dropped: a
+   `tools/call` with an `isError` result saying what is wrong, any other request with a
+   JSON-RPC error (`INVALID_REQUEST`). The SDK hands the server such a line's parse error,
+   which it drops unanswered, so the client would wait until its own timeout.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import signal
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import TracebackType
+from typing import Any
 
+import mcp_types as types
 import msgspec
 import trio
 from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
 
 from .._cli_inputs import UsageError, load_tools
 from .._combine import ToolSource, combine
@@ -117,7 +128,108 @@ async def _open_upstream(servers: dict[str, McpServer]) -> AsyncIterator[McpTool
 async def _serve_stdio(service: CodeModeService) -> None:
     server = service.server()
     async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+        answering = AnsweringUnparsed(read, write)
+        await server.run(answering, write, server.create_initialization_options())
+
+
+class AnsweringUnparsed:
+    """The stdio read stream, with the requests the SDK could not parse answered (rule 6).
+
+    Args:
+        read: the stream of `stdio_server`: messages, and the exceptions of lines that did not
+            parse.
+        write: where the answers go (the stream the server writes its own to).
+    """
+
+    def __init__(self, read: Any, write: Any) -> None:
+        self._read = read
+        self._write = write
+
+    @property
+    def last_context(self) -> Any:
+        # The SDK runs each message's handler in the context its sender captured.
+        return getattr(self._read, "last_context", None)
+
+    async def receive(self) -> SessionMessage | Exception:
+        while True:
+            item: SessionMessage | Exception = await self._read.receive()
+            if not (isinstance(item, Exception) and await self._answered(item)):
+                return item
+
+    def __aiter__(self) -> AnsweringUnparsed:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        while True:
+            item: SessionMessage | Exception = await self._read.__anext__()
+            if not (isinstance(item, Exception) and await self._answered(item)):
+                return item
+
+    async def aclose(self) -> None:
+        await self._read.aclose()
+
+    async def __aenter__(self) -> AnsweringUnparsed:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def _answered(self, error: Exception) -> bool:
+        request = unparsed_request(error)
+        if request is None:
+            return False  # not a request, or not JSON at all: the SDK's handling as before
+        await self._write.send(SessionMessage(refusal(request)))
+        return True
+
+
+def unparsed_request(error: Exception) -> dict[str, Any] | None:
+    """The request of a line the SDK's parser refused, when Python's `json` reads it."""
+    if not isinstance(error, ValidationError):
+        return None
+    for detail in error.errors():
+        line = detail.get("input")
+        if detail["type"] != "json_invalid" or not isinstance(line, str):
+            continue
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return None
+        if not isinstance(message, dict) or not isinstance(message.get("method"), str):
+            return None
+        request_id = message.get("id")
+        if isinstance(request_id, bool) or not isinstance(request_id, int | str):
+            return None  # a notification (no id) gets no answer
+        return message
+    return None
+
+
+def refusal(request: dict[str, Any]) -> types.JSONRPCResponse | types.JSONRPCError:
+    """The answer to `request`, whose JSON the SDK could not parse (rule 6)."""
+    text = json.dumps(request, ensure_ascii=False)
+    if any("\ud800" <= character <= "\udfff" for character in text):
+        reason = (
+            "the request holds a lone surrogate escape (like \\ud83d, half of a character), "
+            "which is not Unicode text: send the whole character, or leave it out"
+        )
+    else:
+        reason = "the request's JSON could not be parsed (a number or value out of range?)"
+    if request["method"] == "tools/call":
+        result = types.CallToolResult(content=[types.TextContent(text=reason)], is_error=True)
+        return types.JSONRPCResponse(
+            jsonrpc="2.0",
+            id=request["id"],
+            result=result.model_dump(by_alias=True, exclude_none=True, mode="json"),
+        )
+    return types.JSONRPCError(
+        jsonrpc="2.0",
+        id=request["id"],
+        error=types.ErrorData(code=types.INVALID_REQUEST, message=reason),
+    )
 
 
 async def _forward_changes(upstream: McpToolbox, service: CodeModeService) -> None:
