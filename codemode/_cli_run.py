@@ -15,7 +15,9 @@ Rules:
    response the interrupted call returned meanwhile is dropped, so only one is printed.
 4. The clean-up (terminating the cell, closing the provider) is bounded: `EXIT_TIMEOUT`
    seconds after the cell ended or the first signal came, the process exits anyway; a second
-   signal, or one during the clean-up, exits at once (130 for SIGINT, 3 for SIGTERM).
+   signal, or one during the clean-up, exits at once (130 for SIGINT, 3 for SIGTERM). After the
+   run, `trio.run`'s own wait for delegate calls the provider abandoned is bounded by
+   `ABANDONED_CALLS_WAIT` (`start_exit_watchdog`).
 5. Standard output closed early (`| head -1`): the cell is terminated, nothing more is
    printed, no traceback, and the status is `OUTPUT_CLOSED` (141).
 6. On a terminal, standard error shows the elapsed time and the counts so far, cleared before
@@ -29,6 +31,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from collections.abc import AsyncIterator
 from typing import Any, NoReturn, TextIO
 
@@ -324,6 +327,20 @@ def exit_now(status: int) -> NoReturn:
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
     os._exit(status)
+
+
+ABANDONED_CALLS_WAIT = 1.0
+"""Seconds the process waits, after the run, for the delegate calls its provider abandoned."""
+
+
+def start_exit_watchdog(status: int) -> threading.Timer:
+    """A timer that ends the process with `status` unless cancelled within
+    `ABANDONED_CALLS_WAIT` seconds: the run is over, but `trio.run` waits for every task, and a
+    delegate call abandoned because it ignores cancellation returns when its thread does."""
+    watchdog = threading.Timer(ABANDONED_CALLS_WAIT, exit_now, args=(status,))
+    watchdog.daemon = True
+    watchdog.start()
+    return watchdog
 
 
 async def run_file(

@@ -254,7 +254,7 @@ def _describe(arguments: argparse.Namespace) -> int:
 def _run(arguments: argparse.Namespace) -> int:
     import trio
 
-    from ._cli_run import RunOptions, run_file
+    from ._cli_run import RunOptions, run_file, start_exit_watchdog
 
     source = read_source(arguments.file)
     tools = load_tools(arguments.tools)
@@ -263,4 +263,17 @@ def _run(arguments: argparse.Namespace) -> int:
         max_tokens=arguments.max_tokens,
         in_process=arguments.in_process,
     )
-    return trio.run(run_file, source, tools, options, sys.stdout, sys.stderr)
+    watchdogs = []
+
+    async def run_then_watch() -> int:
+        status = await run_file(source, tools, options, sys.stdout, sys.stderr)
+        # `trio.run` still waits for delegate calls the provider abandoned (a tool that ignores
+        # cancellation): that wait is bounded too.
+        watchdogs.append(start_exit_watchdog(status))
+        return status
+
+    try:
+        return trio.run(run_then_watch)
+    finally:
+        for watchdog in watchdogs:
+            watchdog.cancel()

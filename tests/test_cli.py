@@ -383,11 +383,11 @@ async def kill(process: trio.Process) -> None:
 UNCANCELLABLE_CELL = 'text("start"); yield_control(); await tools.fetch();\n'
 
 
-async def start_uncancellable(tmp_path: Path) -> tuple[trio.Process, dict[str, bytes]]:
+async def start_uncancellable(tmp_path: Path, *flags: str) -> tuple[trio.Process, dict[str, bytes]]:
     (tmp_path / "slow_tools.py").write_text(UNCANCELLABLE_TOOLS)
     (tmp_path / "cell.js").write_text(UNCANCELLABLE_CELL)
     process = await trio.lowlevel.open_process(
-        [COMMAND, "run", "cell.js", "--tools", "slow_tools:toolbox"],
+        [COMMAND, "run", "cell.js", "--tools", "slow_tools:toolbox", *flags],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -412,9 +412,12 @@ async def collect_to_end(
 
 
 @pytest.mark.slow
-async def test_ctrl_c_ends_the_run_in_bounded_time_despite_a_stuck_tool(tmp_path: Path) -> None:
+@pytest.mark.parametrize("flags", [(), ("--in-process",)], ids=["process", "in-process"])
+async def test_ctrl_c_ends_the_run_in_bounded_time_despite_a_stuck_tool(
+    tmp_path: Path, flags: tuple[str, ...]
+) -> None:
     with trio.fail_after(TIMEOUT):
-        process, captured = await start_uncancellable(tmp_path)
+        process, captured = await start_uncancellable(tmp_path, *flags)
         assert process.stdout is not None
         assert process.stderr is not None
         await collect_until(process.stdout, captured, "stdout", b"start\n")
