@@ -24,12 +24,13 @@ import trio
 
 def contained(error: BaseException) -> bool:
     """Whether `error`, raised by a delegate call, ends only that call (rule 1)."""
-    if not _cancellation(error):
+    if not cancellation(error):
         return True
     return trio.current_effective_deadline() != -math.inf
 
 
-def _cancellation(error: BaseException) -> bool:
+def cancellation(error: BaseException) -> bool:
+    """Whether `error` is a `trio.Cancelled`, or a group of nothing else."""
     if isinstance(error, BaseExceptionGroup):
-        return all(_cancellation(inner) for inner in error.exceptions)
+        return all(cancellation(inner) for inner in error.exceptions)
     return isinstance(error, trio.Cancelled)

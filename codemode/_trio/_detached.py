@@ -25,6 +25,8 @@ from contextlib import asynccontextmanager
 
 import trio
 
+from ._containment import cancellation
+
 logger = logging.getLogger("codemode")
 
 
@@ -43,16 +45,10 @@ class _Host:
                 self.ready.set()
                 await trio.sleep_forever()
         except BaseException as error:  # rule 2: never out of a system task
-            if not _cancellation(error):
+            if not cancellation(error):
                 logger.error("a delegate call task failed", exc_info=error)
         finally:
             self.done.set()
-
-
-def _cancellation(error: BaseException) -> bool:
-    if isinstance(error, BaseExceptionGroup):
-        return all(_cancellation(inner) for inner in error.exceptions)
-    return isinstance(error, trio.Cancelled)
 
 
 @asynccontextmanager
