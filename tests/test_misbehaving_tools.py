@@ -324,6 +324,47 @@ async def test_a_raw_delegate_raising_any_exception_fails_only_its_call(
             assert (await mode.exec("next", "text(1)")).status == "completed"
 
 
+class Stray:
+    """A raw `SessionDelegate` whose tool re-raises a `trio.Cancelled` outside its scope."""
+
+    async def invoke_tool(self, call: NestedToolCall) -> None:
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            try:
+                await trio.lowlevel.checkpoint()
+            except trio.Cancelled as error:
+                caught = error
+        raise caught
+
+    async def notify(self, call_id: str, cell_id: str, text: str) -> None:
+        pass
+
+    def cell_closed(self, cell_id: str) -> None:
+        pass
+
+
+async def test_a_raw_delegate_raising_a_stray_cancelled_fails_only_its_call(
+    opener: Opener,
+) -> None:
+    with trio.fail_after(30):
+        async with opener() as provider:
+            session = await provider.create_session()
+            request = ExecuteRequest(
+                tool_call_id="c",
+                source="try { await tools.t({}) } catch (e) { text(String(e)) }",
+                enabled_tools=[TOOL],
+            )
+            started = await session.execute(request, Stray())
+            response = await started.initial_response()
+            assert isinstance(response, Completed)
+            (text,) = texts(response)
+            assert text.startswith("tool t failed: Cancelled"), text
+            mode = CodeMode(session, codemode.Toolbox(), [])
+            assert (await mode.exec("next", "text(1)")).status == "completed"
+        after_the_block = True
+    assert after_the_block
+
+
 async def test_leaving_the_block_abandons_tools_that_ignore_cancellation(
     opener: Opener, caplog: pytest.LogCaptureFixture
 ) -> None:
