@@ -7,7 +7,7 @@ the cells it served, its CPU time (utime + stime from `/proc/<pid>/stat`) and ce
 CPU-second; then the client's CPU per cell and the hosts' CPU per cell.
 
 On a machine with as many cores as the client and its hosts can use, a pool is faster; on a
-2-core machine it cannot be (`shared/notes/pool-on-two-cores.md`): there the figures to judge
+2-core machine it cannot be (`docs/design.md`, "A pool on two cores"): there the figures to judge
 are no loss against one host, flat cells per host CPU-second, and an even spread. The expected
 speed-up on bigger machines is then stated from the measured CPU per cell:
 

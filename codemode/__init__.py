@@ -1,6 +1,6 @@
 """codemode: a trio-native code-mode runtime for LLM agents.
 
-The public API (DESIGN section 4). Everything is re-exported here; the modules behind it are
+The public API (design.md, design 4). Everything is re-exported here; the modules behind it are
 private.
 """
 

@@ -1,4 +1,4 @@
-"""The value types and interfaces of codemode's public API (DESIGN section 4).
+"""The value types and interfaces of codemode's public API (design.md, design 4).
 
 Every value type is a frozen `msgspec.Struct` with keyword-only fields, so the same types
 serve callers and the wire. Unions are tagged (`type` for content items, the class tag for
@@ -213,7 +213,7 @@ RuntimeResponse: TypeAlias = Yielded | Terminated | Completed
 
 
 class Pending(_Value, tag="pending", frozen=True):
-    """The cell is paused at its pending frontier (reference-runtime 5.9): its JavaScript has
+    """The cell is paused at its pending frontier (design.md, runtime 5.9): its JavaScript has
     nothing left to run until a tool call settles or a timer fires, and those are held until
     the next observation resumes it. Only `execute_to_pending` and `wait_to_pending` return it.
 

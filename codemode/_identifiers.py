@@ -1,4 +1,4 @@
-"""JavaScript identifiers for tool names (reference-runtime 8.3).
+"""JavaScript identifiers for tool names (design.md, runtime 8.3).
 
 Pure functions with no dependencies: the host uses them to key `tools.*`, the model layer to
 describe the tools.

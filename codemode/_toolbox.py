@@ -62,7 +62,7 @@ async def deliver_notification(
 """Receives a cell's `notify(text)`: `handler(cell_id, text)`, plain or `async`."""
 
 RESERVED_NAMES = frozenset({"exec", "wait"})
-"""The model's own tools; a nested tool cannot take their names (reference-runtime 8.3)."""
+"""The model's own tools; a nested tool cannot take their names (design.md, runtime 8.3)."""
 
 
 class _Tool:

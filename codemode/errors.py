@@ -131,7 +131,7 @@ class RuntimeReplacedError(HostLostError):
 
     The remote provider raises it once, from the first operation of each affected session
     after the loss (also from each operation that was waiting for the reconnection), as the
-    reference's gRPC reconnect does (reference-host section 7); the operations after it run on
+    reference's gRPC reconnect does (design.md, host 7); the operations after it run on
     the new connection. The operation that raised it did nothing: it is never replayed.
     """
 
@@ -187,7 +187,7 @@ def tool_failure_message(tool_name: str, error: BaseException) -> str:
 
 
 class ErrorKind(enum.StrEnum):
-    """What an error means, carried on the wire beside its text (DESIGN section 4)."""
+    """What an error means, carried on the wire beside its text (design.md, design 4)."""
 
     SHUTTING_DOWN = "shutting_down"
     OBSERVER_BUSY = "observer_busy"

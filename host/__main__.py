@@ -54,7 +54,7 @@ def _watch_parent() -> int | None:
 
 
 def _grow_pipe(fd: int) -> None:
-    # 1 MiB pipes move large frames in fewer wake-ups (engine-notes section 3).
+    # 1 MiB pipes move large frames in fewer wake-ups (design.md, engine 3).
     try:
         fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
     except (OSError, AttributeError):

@@ -80,7 +80,7 @@ async def serve_connection(
         receive: the client's frames.
         send: where the host's frames go.
         parent_pidfd: a pidfd of the client's process: when it dies the host stops serving as
-            if the client had closed the stream (DESIGN section 3).
+            if the client had closed the stream (design.md, design 3).
         capabilities: what the host offers in the handshake (tests narrow it to play an
             older host).
         admission: the limits of this connection (default `AdmissionLimits()`), advertised

@@ -2,7 +2,7 @@
 cell inventory (`Session.cells()`), the host's options, its handshake and its SIGUSR1 log.
 
 The cells run on the engine's worker threads, so waiting for a cell to reach a phase nobody
-observes polls `cells()` (STYLE 16: a poll where a thread is involved); everything else waits
+observes polls `cells()` (design.md, style 16: a poll where a thread is involved); everything else waits
 on events.
 """
 

@@ -1,4 +1,4 @@
-"""The global API of a cell, rule by rule (reference-runtime section 3), with its exact texts."""
+"""The global API of a cell, rule by rule (design.md, runtime 3), with its exact texts."""
 
 from __future__ import annotations
 

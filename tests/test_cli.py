@@ -96,7 +96,7 @@ async def test_run_prints_what_the_model_sees(
 
 async def test_run_options_go_into_the_pragma_and_the_waits(tmp_path: Path) -> None:
     script = tmp_path / "long.js"
-    # The file's own pragma is overridden by the options (reference-runtime 7.5, N=5).
+    # The file's own pragma is overridden by the options (design.md, runtime 7.5, N=5).
     script.write_text('// @exec: {"max_output_tokens": 1000}\ntext("0123456789".repeat(4));\n')
     result = await codemode("run", str(script), "--max-tokens", "5")
     assert result.returncode == 0

@@ -1,4 +1,4 @@
-"""The public surface of `codemode` is exactly DESIGN section 4's names (so far)."""
+"""The public surface of `codemode` is exactly design.md, design 4's names (so far)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The host program on the wire, and the process provider's handling of its process
-(reference-host section 11: handshake, ordering, cancellation, frame limits, process lifetime)."""
+(design.md, host 11: handshake, ordering, cancellation, frame limits, process lifetime)."""
 
 from __future__ import annotations
 

@@ -85,7 +85,7 @@ class Worker:
         self.finished = 0
         self.stale: list[str] = []
         """Cells observed after their host died (a new operation, not one in flight: it
-        fails with StaleGenerationError, DESIGN section 3)."""
+        fails with StaleGenerationError, design.md, design 3)."""
 
     async def _work(self, call: NestedToolCall) -> JsonValue:
         self.progress.bump()

@@ -121,7 +121,7 @@ async def test_code_mode_can_yield_and_resume_with_wait(provider: Provider) -> N
         first = await code_mode.exec("call-1", source)
         gates.gate("tool-1").set()
         # The tool's answer and this wait race to the host, and a `yield_control()` with no
-        # observer attached is ignored (reference-runtime 3.9): a window of 1 s delivers
+        # observer attached is ignored (design.md, runtime 3.9): a window of 1 s delivers
         # "phase 2" when the wait attached after the yield, as the yield does when before.
         second = await code_mode.wait({"cell_id": "1", "yield_time_ms": 1_000})
         gates.gate("tool-2").set()

@@ -96,7 +96,7 @@ async def open_code_mode(
 
 LATE_OUTPUT = "await tools.gate({}); text('late'); yield_control(); await new Promise(() => {})"
 # Nothing tells the test when the host has attached a wait, and a `yield_control()` with no
-# observer attached is ignored (reference-runtime 3.9): this cell yields every millisecond after
+# observer attached is ignored (design.md, runtime 3.9): this cell yields every millisecond after
 # its late output, so the wait sees it however the wait and the tool's answer race.
 LATE_OUTPUT_YIELDING = (
     "await tools.gate({}); text('late');"

@@ -1,8 +1,8 @@
 """The pending frontier, preempt and sessions without stored values, on both providers.
 
-Ports of reference-runtime 9.1 to 9.5 (`execute_to_pending_*`, `wait_to_pending_*`, the
-frontier tests of the contract and cell-actor suites), plus preempt (reference-host
-`operation/yield`), the cancellation rule for `execute_to_pending`, `store_load=False` and
+Ports of design.md, runtime 9.1 to 9.5 (`execute_to_pending_*`, `wait_to_pending_*`, the
+frontier tests of the contract and cell-actor suites), plus preempt (the reference
+host's `operation/yield`), the cancellation rule for `execute_to_pending`, `store_load=False` and
 the capabilities a host must offer for them.
 """
 
@@ -64,7 +64,7 @@ def holding() -> RecordingDelegate:
 TERMINATED = LiveCell(response=Terminated(cell_id="1", content_items=[]))
 
 
-# ---- reference-runtime 9.1: execute_to_pending / wait_to_pending --------------------------
+# ---- design.md, runtime 9.1: execute_to_pending / wait_to_pending --------------------------
 
 
 async def test_execute_to_pending_returns_completed_for_synchronous_results(
@@ -149,7 +149,7 @@ async def test_wait_to_pending_of_a_missing_cell(session: Session) -> None:
     assert outcome.response.error_text == "exec cell missing not found"
 
 
-# ---- reference-runtime 9.2 and 9.4: the contract and the cell actor ----------------------
+# ---- design.md, runtime 9.2 and 9.4: the contract and the cell actor ----------------------
 
 
 async def test_returns_and_resumes_from_the_pending_frontier(session: Session) -> None:
@@ -410,7 +410,7 @@ async def test_sessions_without_stored_values_have_no_store_or_load(provider: Pr
     assert failing.error_text.startswith("ReferenceError: store is not defined")
 
 
-# ---- the runtime: commands are frozen while paused (reference-runtime 9.5) -----------------
+# ---- the runtime: commands are frozen while paused (design.md, runtime 9.5) -----------------
 
 
 async def test_pending_mode_freezes_runtime_commands_until_resume(engine: Engine) -> None:

@@ -1,4 +1,4 @@
-"""The wire protocol and its sans-IO codec (reference-host 2; DESIGN section 3)."""
+"""The wire protocol and its sans-IO codec (design.md, host 2; design.md, design 3)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 No process, no trio: each test drives `ClientConnection` and `HostConnection` by hand (the
 host's side plays the runtime) and asserts on the frames that cross and the events each side
-produces. Reference names are those of reference-host section 11 (client driver tests, host
+produces. Reference names are those of design.md, host 11 (client driver tests, host
 unit tests) where a test ports one.
 """
 

@@ -6,7 +6,7 @@ a terminate takes the rest). Hypothesis drives the user (execute, take or releas
 response, wait, cancel any observation, terminate), the cells (emit output, finish), the host's
 answers and the delivery of bytes in both directions, in any order and cut anywhere. At the end
 everything is drained, and every item a cell emitted must have reached the user exactly once,
-in order (STYLE 17: plain hypothesis on the sync core).
+in order (design.md, style 17: plain hypothesis on the sync core).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Cell behaviour through the public API: reference-runtime 9.4 (cell actor) and 9.6
+"""Cell behaviour through the public API: design.md, runtime 9.4 (cell actor) and 9.6
 (continuing cell), plus what this project adds (busy cells, limits, shutdown bounds)."""
 
 from __future__ import annotations

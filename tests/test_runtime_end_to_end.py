@@ -1,4 +1,4 @@
-"""The end-to-end behaviours of reference-runtime 9.10 that belong to the runtime (the host's
+"""The end-to-end behaviours of design.md, runtime 9.10 that belong to the runtime (the host's
 formatting and truncation belong to the model layer), through the public API."""
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ async def test_code_mode_can_yield_and_resume_with_wait(session: Session) -> Non
         first = await run(session, delegate, source, tools=[tool("gate")])
         gates.gate("tool-1").set()
         # The tool's answer and this wait race to the host, and a `yield_control()` with no
-        # observer attached is ignored (reference-runtime 3.9): a window of 1 s delivers
+        # observer attached is ignored (design.md, runtime 3.9): a window of 1 s delivers
         # "phase 2" when the wait attached after the yield, as the yield does when before.
         second = await session.wait(wait_request("1", yield_time_ms=1_000))
         gates.gate("tool-2").set()

@@ -1,4 +1,4 @@
-"""Session behaviour through the public API: reference-runtime 9.1 to 9.3 (service, contract
+"""Session behaviour through the public API: design.md, runtime 9.1 to 9.3 (service, contract
 and session-runtime tests). The pending-frontier tests (`execute_to_pending_*`,
 `wait_to_pending_*`) are in `test_pending_frontier.py`."""
 
@@ -299,7 +299,7 @@ async def test_terminate_waits_for_delegate_cleanup_at_most_the_grace(
     # The reference's remote driver returned from terminate before the delegate's cleanup
     # (`terminate_returns_before_delegate_cleanup_but_cell_closed_waits`); codemode's providers
     # both return after it, or after the 1 s grace: a delegate that holds its cleanup cannot
-    # hold the caller longer than that (DESIGN section 4).
+    # hold the caller longer than that (design.md, design 4).
     delegate.hold_tools = True
     delegate.slow_cleanup = trio.Event()
     with trio.fail_after(10):

@@ -1,6 +1,6 @@
 """The sandbox surface of a cell, on both providers: what JavaScript can reach.
 
-- The own property names of `globalThis` equal reference-runtime 3.2's allowlist exactly, but
+- The own property names of `globalThis` equal design.md, runtime 3.2's allowlist exactly, but
   for four names that list holds and codemode does not (`REFERENCE_ONLY`, each said why).
 - Every object reachable from `globalThis` (and from the intrinsics only syntax reaches:
   generator and async function prototypes, iterators, a CallSite, `import.meta`), through
@@ -39,7 +39,7 @@ PINNED = HERE / "sandbox_surface.json"
 TOOLS = [tool("echo", "Echo its input.")]
 
 REFERENCE_ONLY = {
-    "Intl": "QuickJS-ng has no Intl (reference-runtime 3.16)",
+    "Intl": "QuickJS-ng has no Intl (design.md, runtime 3.16)",
     "Temporal": "QuickJS-ng 0.17 has no Temporal",
     "__codexContentItems": "an internal of the reference's V8 runtime, not a cell API",
     "add_content": "an internal of the reference's V8 runtime, not a cell API",

@@ -1,5 +1,5 @@
 """The seed contract: every test of the reference host's `tests/stdio.rs`, same names, same
-assertions, against `codemode.open_process_provider` (table in shared/seed/README.md).
+assertions, against `codemode.open_process_provider` (design.md, host 11: the seed contract).
 
 `code_mode_host_duration: actual.code_mode_host_duration()` becomes `host_duration=
 actual.host_duration` (and is checked to be set: the host always times its responses).

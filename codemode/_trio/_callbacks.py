@@ -10,7 +10,7 @@ call at a time inside a cancel scope of its own, and parks between calls until t
 handed to it. So the group can cancel one call, or all of them, without owning a nursery: a
 cell that ends waits for its calls to return *or* for a grace period (`wait_idle()` under a
 timeout), whichever comes first, and a delegate that shields its cleanup cannot hold the cell
-hostage (DESIGN section 4). A worker left running past the grace still belongs to the nursery,
+hostage (design.md, design 4). A worker left running past the grace still belongs to the nursery,
 which awaits it.
 
 `all_started()` waits until every call started so far has begun: its worker has taken it to the
@@ -52,7 +52,7 @@ import trio
 Ts = TypeVarTuple("Ts")
 
 CLEANUP_GRACE = 1.0
-"""Seconds a closing cell waits for its cancelled delegate calls (DESIGN section 4)."""
+"""Seconds a closing cell waits for its cancelled delegate calls (design.md, design 4)."""
 
 
 class _Worker:

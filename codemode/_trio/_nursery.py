@@ -6,7 +6,7 @@ its `KeyError` (or our own `SessionShuttingDownError`) must reach the caller's `
 unchanged. The nursery's own tasks are written never to raise, so a group holding exactly the
 body's exception (possibly beside `Cancelled`s of the nursery's tasks) is unwrapped; any other
 group is a real multi-error and propagates as it is (trio-websocket's `open_websocket` makes the
-same choice, STYLE 8).
+same choice, design.md, style 8).
 """
 
 from __future__ import annotations

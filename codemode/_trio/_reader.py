@@ -8,7 +8,7 @@ the stream's own `receive_some`.
 Why: trio's `receive_some` on a pipe reads first and, when it got data, checkpoints after the
 read; the next call reads again, finds nothing and only then waits. Each frame that arrived on
 its own cost its reader two passes of the scheduler and an extra system call, on both ends of
-every request (`../shared/notes`, issue 10). Waiting first is the checkpoint: a peer that
+every request (design.md, "Measured notes", issue 10). Waiting first is the checkpoint: a peer that
 floods still lets the other tasks run between two reads.
 
 Rules:

@@ -8,7 +8,7 @@ Both ends use it: `codemode-host --listen ADDRESS` listens, the remote provider 
 
 Rules:
 1. An address with user-info (`tcp://user:secret@host:1`) is refused without echoing it: a
-   token never travels in an address (reference-host section 7).
+   token never travels in an address (design.md, host 7).
 2. Every TCP connection, on both ends, has TCP keepalive on with short timers
    (`KEEPALIVE_IDLE`, `KEEPALIVE_INTERVAL`, `KEEPALIVE_COUNT`: a peer that vanished without a
    FIN or a reset is noticed after about 25 s) and `TCP_USER_TIMEOUT` (unacknowledged data

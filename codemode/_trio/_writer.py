@@ -10,11 +10,11 @@ descriptor does not take is left to the writer task (`run`, which also does all 
 over TLS).
 
 Why: one write per frame cost a system call and a wake-up of the peer per frame (the host's
-busiest single line under 64 sessions, `../shared/notes`), and a task hop per frame about a
-fifth of a tool call's round trip. Deferring every frame to the end of its pass cost a lone
-frame the rest of its pass (about 60 us of a nested tool call's 300 on two cores: the peer
-could not start meanwhile). So the first frame of a pass leaves at once, and the frames of many
-concurrent cells leave together.
+busiest single line under 64 sessions: design.md, "Measured notes"), and a task hop per
+frame about a fifth of a tool call's round trip. Deferring every frame to the end of its
+pass cost a lone frame the rest of its pass (about 60 us of a nested tool call's 300 on two
+cores: the peer could not start meanwhile). So the first frame of a pass leaves at once, and
+the frames of many concurrent cells leave together.
 
 Rules:
 1. One byte order: the direct write happens only when the writer task is not writing and

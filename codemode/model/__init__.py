@@ -1,6 +1,6 @@
 """The model-facing layer: the exec and wait tools, their descriptions and their output.
 
-What an agent developer wires to a model (DESIGN section 5, reference sections 7 and 8):
+What an agent developer wires to a model (design.md, design 5, design.md, runtime 7 and 8):
 `CodeMode` binds a session, a delegate and the nested tools and runs the model's `exec` and
 `wait` calls; the functions below work without a session (the `codemode describe` command uses
 them). The modules behind this front door are private.

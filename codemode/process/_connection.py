@@ -464,7 +464,7 @@ class HostLink:
 
         The host cancels a cell's calls before it answers with the cell's end; this makes
         that answer reach its caller after the application's delegate saw the cancellation,
-        as in-process (DESIGN section 4).
+        as in-process (design.md, design 4).
         """
         bound = CLOSE_TIMEOUT + CLEANUP_GRACE
         await self._cells.settle((session_id, cell_id), closed=closed, bound=bound)

@@ -3,7 +3,7 @@
 `ClientCells` keeps, per cell, the delegate given to `execute` and a `CallbackGroup` of its calls
 (tool calls and notifications, run by the link's `CallWorkers`, tasks of the link's nursery).
 
-Rules (reference-host 4.4):
+Rules (design.md, host 4.4):
 1. A reverse call runs its delegate method in a worker task; its answer goes back through the
    connection, which drops it if the host cancelled the call meanwhile (never a late answer).
 2. `delegate/cancel` cancels one call; `cell/closed` (or the loss of the host) cancels all of a

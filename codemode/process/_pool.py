@@ -2,7 +2,7 @@
 and the retirement of idle hosts.
 
 A *slot* holds at most one live host at a time (a `HostLink`); a pool of `hosts=N` has N slots,
-each spawned on demand. With one slot this is exactly the shared host of DESIGN section 3.
+each spawned on demand. With one slot this is exactly the shared host of design.md, design 3.
 
 Rules:
 1. Spawning: a slot's host is spawned when a session placed on it needs one, one spawn at a time
@@ -51,7 +51,7 @@ class HostLoad(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ProviderStatistics(msgspec.Struct, frozen=True, kw_only=True):
-    """A process provider's hosts (STYLE 11).
+    """A process provider's hosts (design.md, style 11).
 
     Parameters:
         hosts: every slot of the pool, by index.

@@ -1,6 +1,6 @@
 """The process provider: host processes, spawned lazily and shared by its sessions.
 
-By default one host serves every session (DESIGN section 3); `hosts=N` makes a pool of N
+By default one host serves every session (design.md, design 3); `hosts=N` makes a pool of N
 (`_pool.py`: placement on the least loaded host, retirement of idle ones). When a host dies,
 the next operation of each of its sessions places that session again (with one host: on a
 replacement, spawned once, the spawn serialised) and re-opens it there under the next
@@ -163,7 +163,7 @@ async def open_process_provider(
     Args:
         host_command: the argv of the host program (default: `default_host_command()`).
         hosts: how many host processes may serve the sessions at once. 1 (the default): one
-            host shared by every session (DESIGN section 3). N > 1: a pool; each new session
+            host shared by every session (design.md, design 3). N > 1: a pool; each new session
             is placed on the least loaded host (fewest active cells, then fewest sessions,
             then the lowest index) and stays there; a host that dies affects only its own
             sessions, which re-open on the least loaded host (often its replacement) under the

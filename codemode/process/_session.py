@@ -3,7 +3,7 @@
 The session binds to the provider's current host link: opened eagerly by `create_session`,
 re-opened after a host loss on the next operation, with the next *generation*. Public cell ids
 carry the generation: generation 1 keeps the host's ids (`"1"`), generation g > 1 prefixes them
-(`"g2:1"`); an id of another generation raises `StaleGenerationError` (reference-host 1.4).
+(`"g2:1"`); an id of another generation raises `StaleGenerationError` (design.md, host 1.4).
 
 Rules:
 1. Errors from the host are turned into exceptions in one place: `errors.error_from_kind`, with
@@ -76,8 +76,8 @@ from ._connection import HostLink
 logger = logging.getLogger("codemode.process")
 
 UNCANCELLABLE_TIMEOUT = 60.0
-"""Bound on terminate and a session's shutdown, which callers cannot cancel (reference-host
-4.2)."""
+"""Bound on terminate and a session's shutdown, which callers cannot cancel (design.md,
+host 4.2)."""
 
 
 _R = TypeVar("_R", bound=RuntimeResponse | Pending)
@@ -398,7 +398,7 @@ class ProcessSession:
                 else:
                     if isinstance(result, Err):
                         # The host could not close the session: its cells are in an unknown
-                        # state, so the link is (reference-host 4.3).
+                        # state, so the link is (design.md, host 4.3).
                         link.abort(
                             f"code-mode host failed to shut a session down: {result.message}"
                         )

@@ -1,4 +1,5 @@
-"""The wire protocol between codemode and its host, sans-IO (STYLE 3; DESIGN sections 1, 3).
+"""The wire protocol between codemode and its host, sans-IO (design.md: style 3, design 1
+and 3).
 
 Frame types, the framing codec, and the two connection state machines: `ClientConnection`
 (the process provider's side) and `HostConnection` (the host program's side). Both take bytes

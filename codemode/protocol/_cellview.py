@@ -5,7 +5,7 @@ A cell has one observer at a time. On the client that observer is the initial re
 released) the observation is *retired*: its request is cancelled on the host, but the host may
 already have taken output from the cell, so its answer is *parked* and handed to the cell's next
 observer instead of being dropped. A new observation made while a retired one is still
-unanswered is *deferred*: no frame is sent until the retired answer arrived (reference-host 4.3).
+unanswered is *deferred*: no frame is sent until the retired answer arrived (design.md, host 4.3).
 
 Rules:
 1. Every phase change goes through `OBSERVATION` (`move`); nothing assigns a phase by hand.

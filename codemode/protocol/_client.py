@@ -1,4 +1,4 @@
-"""The client side of the wire as a sans-IO state machine (h11's `Connection`; STYLE 3).
+"""The client side of the wire as a sans-IO state machine (h11's `Connection`; design.md, style 3).
 
 `ClientConnection` turns calls into frames (`data_to_send()`) and received bytes
 (`receive_data()`) into events (`next_event()`). It does no I/O and knows nothing of trio: the
@@ -232,7 +232,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
 
     def abandon(self, request_id: int, session_id: str, cell_id: str) -> None:
         """The caller of execute `request_id` went away after the cell started, before it
-        returned the cell's id: terminate the cell (DESIGN 4, the cancellation rule)."""
+        returned the cell's id: terminate the cell (design.md, design 4, the cancellation rule)."""
         if not self._closed:
             self._abandon_cell(request_id, session_id, cell_id, cancelled=True)
 
@@ -384,7 +384,8 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         self._cells.admit(pending.session_id, result.value.cell_id, request_id, frontier=frontier)
         if pending.abandoned:
             # The caller never learned the cell id: the cell must not run unobserved forever
-            # (DESIGN 4, the cancellation rule). Its initial observation was cancelled with it.
+            # (design.md, design 4, the cancellation rule). Its initial observation was
+            # cancelled with it.
             self._abandon_cell(request_id, pending.session_id, result.value.cell_id, cancelled=True)
         # Also when abandoned: the adapter still owes the cell its delegate and `cell_closed`.
         self._events.append(Answered(request_id=request_id, result=Ok(value=result.value)))

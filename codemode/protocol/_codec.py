@@ -1,4 +1,4 @@
-"""Length-prefixed msgpack framing, sans-IO (reference-host 2.1; DESIGN section 3).
+"""Length-prefixed msgpack framing, sans-IO (design.md, host 2.1; design.md, design 3).
 
 A frame is a 4-byte little-endian unsigned payload length, then the payload: one msgpack-encoded
 message. `MAX_FRAME_BYTES` bounds the payload.

@@ -118,7 +118,7 @@ class ConnectionEnded(_Event, frozen=True):
 
 
 class ClientStatistics(msgspec.Struct, frozen=True, kw_only=True):
-    """What a client connection holds (STYLE 11): each count falls back to 0 when nothing
+    """What a client connection holds (design.md, style 11): each count falls back to 0 when nothing
     is in flight, whatever ran before.
 
     Parameters:
@@ -137,7 +137,7 @@ class ClientStatistics(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class HostStatistics(msgspec.Struct, frozen=True, kw_only=True):
-    """What a host connection holds (STYLE 11).
+    """What a host connection holds (design.md, style 11).
 
     Parameters:
         requests: active requests (an execute until its initial response).

@@ -1,10 +1,10 @@
-"""The host side of the wire as a sans-IO state machine (h11's `Connection`; STYLE 3).
+"""The host side of the wire as a sans-IO state machine (h11's `Connection`; design.md, style 3).
 
 `HostConnection` turns received bytes into events for the host program (`next_event()`) and
 its answers into frames (`data_to_send()`). It does no I/O and knows nothing of trio or of the
 runtime: `codemode_host.server` moves the bytes and runs the requests.
 
-What it owns (reference-host sections 3, 4.1 and 5):
+What it owns (design.md, host 3, 4.1 and 5):
 1. The handshake: the first frame must be a hello (else `invalidHello`); versions and
    capabilities are negotiated; a hello that does not decode is a `RemoteProtocolError`.
 2. The request book: a request id is active until answered (an execute until its initial

@@ -1,6 +1,6 @@
 """Every frame of the host protocol as a typed, tagged, frozen `msgspec.Struct`.
 
-The message set follows reference-host section 2, carried in msgpack: top-level messages are
+The message set follows design.md, host 2, carried in msgpack: top-level messages are
 tagged by `type`, requests by `method`, results by `status`. Every struct rejects unknown fields
 at every level (the payload types of `codemode._api` do too). Field names are snake_case
 throughout: this is codemode's own wire, not a byte-compatible copy of the reference's JSON.
@@ -9,7 +9,7 @@ throughout: this is codemode's own wire, not a byte-compatible copy of the refer
     host -> client   Ready, Rejected, OperationResponse, InitialResponse, DelegateRequest,
                      DelegateCancel, CellClosed
 
-Rules (reference-host 2.2; pinned by `invalid_protocol_states_cannot_be_constructed_or_decoded`):
+Rules (design.md, host 2.2; pinned by `invalid_protocol_states_cannot_be_constructed_or_decoded`):
 1. Invalid states cannot be built nor decoded: an empty session id, a version below 1, an empty
    or repeated version list, a blank or repeated capability, a capability listed as required and
    optional, a request id below 1. Each check runs in `__post_init__`, which msgspec also runs
@@ -39,9 +39,9 @@ from ..errors import ErrorKind
 
 PROTOCOL_VERSION = 1
 LIMITS_CAPABILITY = "session-cell-execution-resource-limits"
-"""Carries `CellLimits` on `session/open` (DESIGN section 4)."""
+"""Carries `CellLimits` on `session/open` (design.md, design 4)."""
 PENDING_FRONTIER_CAPABILITY = "pending-frontier"
-"""Enables `session/executeToPending` and `session/waitToPending` (reference-runtime 5.9)."""
+"""Enables `session/executeToPending` and `session/waitToPending` (design.md, runtime 5.9)."""
 YIELD_CAPABILITY = "yield-observation"
 """Enables `operation/yield`: an active observation returns `Yielded` now (preempt)."""
 INVENTORY_CAPABILITY = "cell-inventory"

@@ -1,7 +1,7 @@
 """A bounded memory of ids recently seen, to refuse their reuse in constant space.
 
 The reference remembers the last 4096 finished request ids, closed session ids and delegate ids
-(reference-host 2.5, 4.1); so do both connections.
+(design.md, host 2.5, 4.1); so do both connections.
 
 Numeric ids (request and delegate ids, 1 to 2**63 - 1) are kept in two arrays of machine
 integers (`RecentNumbers`), not as Python objects: each decoded id is a small object that

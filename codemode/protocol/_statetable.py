@@ -1,4 +1,4 @@
-"""Lifecycle rules as a table, applied in one place (STYLE 4; h11 `_state.py`).
+"""Lifecycle rules as a table, applied in one place (design.md, style 4; h11 `_state.py`).
 
 A `StateTable` maps `(state, trigger)` to the next state. Its owner calls `move(state,
 trigger)` for every change and never assigns a state by hand, so an illegal move is caught where

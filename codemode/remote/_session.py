@@ -7,7 +7,7 @@ operations, errors, generations and cell ids (`g2:1`). Binding differs in two wa
    (`RemoteProvider._link`); a host that refuses it for admission (`AdmissionError`), or is
    lost while it opens, is skipped and the next one tried. Only the opening is retried:
    established work is never replayed.
-2. Replacement (reference-host section 7, the gRPC reconnect): once the session's connection
+2. Replacement (design.md, host 7, the gRPC reconnect): once the session's connection
    is lost, its next operation reopens it on a fresh connection (the next generation) and
    fails with `RuntimeReplacedError`, once; so does every operation that was waiting for that
    reopening. Later operations run on the new connection. If no host can be reached, the

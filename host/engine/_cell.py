@@ -2,7 +2,7 @@
 
 A cell's task loops on `await cell.next_events()`, or hands its events to a handler with
 `await cell.handle_until_finished(handle)`, and answers with the non-blocking
-`settle_tool_call`, `reject_tool_call`, `fire_timer` and `interrupt` (DESIGN section 2,
+`settle_tool_call`, `reject_tool_call`, `fire_timer` and `interrupt` (design.md, design 2,
 "Engine threads"): no thread hand-off per JavaScript turn.
 
 `handle_until_finished` runs the handler in the engine collector's task while the cell's task

@@ -1,5 +1,5 @@
 /*
- * codemode_host._quickjs: our binding of the QuickJS-ng engine (DESIGN section 2).
+ * codemode_host._quickjs: our binding of the QuickJS-ng engine (design.md, design 2).
  *
  * What this file owns:
  * - a pool of native worker threads that run JavaScript without the GIL;
@@ -25,10 +25,10 @@
  *    cells never starve the others. Queued work wakes the monitor only when it rests (nothing
  *    was stalled); one that watches a stall looks again at its deadline.
  * 6. Strings leave the engine as well-formed UTF-8: a lone surrogate becomes U+FFFD, in raw
- *    text and in JSON escapes alike (engine-notes 1.7).
+ *    text and in JSON escapes alike (design.md, engine 1.7).
  * 7. Every turn of a running cell ends with EV_IDLE carrying how many of the commands Python
  *    submitted (start, settle, fire timer) the cell has taken so far: when that equals what
- *    Python submitted, the cell is quiescent (the pending frontier, reference-runtime 5.9), and
+ *    Python submitted, the cell is quiescent (the pending frontier, design.md, runtime 5.9), and
  *    the CPU time the cell has used.
  * 8. Limits: each cell's heap (its own limit, and the engine-wide heap budget all cells share),
  *    its CPU time (thread CPU time of its turns, checked by the interrupt handler and at the end
@@ -826,7 +826,7 @@ static char *out_of_memory_text(cell_t *c, size_t *len)
     return dup_bytes(text, *len);
 }
 
-/* The text of a thrown value (reference-runtime 3.14). QuickJS stacks hold only frame lines,
+/* The text of a thrown value (design.md, runtime 3.14). QuickJS stacks hold only frame lines,
    so an Error's text is built as `String(e)` + newline + stack, as V8 prints it. */
 static char *error_text(JSContext *ctx, JSValueConst value, size_t *len)
 {
@@ -1080,7 +1080,7 @@ static JSValue evaluate_cell(JSContext *ctx, const char *source, size_t len)
     return promise;
 }
 
-/* The globals a cell may keep (reference-runtime 3.2's allowlist, less the helpers the prelude
+/* The globals a cell may keep (design.md, runtime 3.2's allowlist, less the helpers the prelude
    adds itself), in strcmp order for bsearch. Names QuickJS-ng lacks (Intl, Temporal, the
    reference's internals) are harmless here. */
 static const char *const allowed_globals[] = {
@@ -1255,7 +1255,7 @@ static void start_cell(cell_t *c, command_t *cmd)
 
 /* Calls the prelude's dispatcher: (1, id, settle, payload) settles a tool call, (2, id) fires a
    timer. An exception it lets escape ends the cell (a throwing timer callback fails the cell,
-   reference-runtime 3.11). */
+   design.md, runtime 3.11). */
 static void dispatch(cell_t *c, command_t *cmd)
 {
     JSValue args[4];

@@ -1,5 +1,5 @@
 /*
- * prelude.js: the global API of a cell (reference-runtime section 3), run as trusted code in
+ * prelude.js: the global API of a cell (design.md, runtime 3), run as trusted code in
  * every fresh context before the cell's own source.
  *
  * The binding evaluates this script in two steps. The script yields the preparer below, which

@@ -1,6 +1,6 @@
 /*
- * prelude_images.js: a cell's image helpers, `image` and `generatedImage` (reference-runtime
- * section 3.5). Most cells never show an image, and reading these functions in every cell's
+ * prelude_images.js: a cell's image helpers, `image` and `generatedImage` (design.md,
+ * runtime 3). Most cells never show an image, and reading these functions in every cell's
  * prelude was 8 % of a trivial cell's work in the engine, so the binding reads this script only
  * when a cell first calls one of the two (the prelude's `imageHelpers`), once per cell.
  *

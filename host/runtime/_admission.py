@@ -1,7 +1,7 @@
 """Admission: the capacity one host connection (or one in-process provider) shares.
 
 Every session of a connection takes its cells' slots and its delegate calls' slots from one
-`Admission` (reference-host 4.1, era D). Requests in flight are counted by the sans-IO
+`Admission` (design.md, host 4.1, era D). Requests in flight are counted by the sans-IO
 `HostConnection`, which answers them before they reach the runtime.
 
 Rules:

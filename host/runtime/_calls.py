@@ -7,7 +7,7 @@ bound.
 Rules:
 1. A call the cell makes while its observer is answering (the observer is YIELDING) is held
    back until that observer answered (`release_held`), so the observer's response reaches the
-   caller, and the wire, before the call does (reference-host 2.5).
+   caller, and the wire, before the call does (design.md, host 2.5).
 2. A tool's answer reaches the engine only while the cell accepts answers (its JavaScript runs
    and it is not terminating); a late answer is discarded. It goes through `submit`, which
    holds it while the cell is paused at its pending frontier, and is checked again when it
@@ -264,7 +264,7 @@ class CellCalls:
             )
 
     async def wait_idle(self) -> None:
-        """Wait until every call returned, for at most `CLEANUP_GRACE` (DESIGN section 4)."""
+        """Wait until every call returned, for at most `CLEANUP_GRACE` (design.md, design 4)."""
         if self.idle:
             return  # the common case, without a scope or a pass of the scheduler
         with trio.move_on_after(CLEANUP_GRACE):

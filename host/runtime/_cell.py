@@ -7,7 +7,7 @@ in two tables (`_phases`): the lifecycle (running, draining notifications, compl
 terminating, terminated, closed) and the observation (idle, watching, yielding); every change
 goes through them.
 
-Rules (reference-runtime section 5):
+Rules (design.md, runtime 5):
 1. Termination interrupts the engine first, then awaits the end of the running turn, then
    cancels tool calls and notifications and waits for them (at most CLEANUP_GRACE), then hands
    `Terminated` to the terminator and to any pending observer.
@@ -16,7 +16,7 @@ Rules (reference-runtime section 5):
 3. A completion nobody observes stays buffered: the next `wait` gets it at once, and a
    `terminate` claims it instead of terminating.
 4. `cell_closed` runs exactly once, last, after the cell left the session's registry. Who
-   takes the completion closes the cell: an observer before it returns (reference-runtime 5.4,
+   takes the completion closes the cell: an observer before it returns (design.md, runtime 5.4,
    step 6), a terminate a pass later, a shutdown. Else its task closes it, or on an abort the
    watch (`_watch`, rule 10).
 5. The initial observation belongs to the `StartedCell`: awaited once, or released (explicitly,
@@ -293,7 +293,7 @@ class RuntimeCell:
         if self.lifecycle is Lifecycle.COMPLETED:
             completion = self._take_completion(self._share.max_response_bytes)
             if isinstance(completion, Completed):
-                self._close()  # delivered: it closes now (reference-runtime 5.4, step 6)
+                self._close()  # delivered: it closes now (design.md, runtime 5.4, step 6)
             elif observer.frontier:
                 # Past the budget: the rest and the completion follow, and a frontier
                 # observer never yields.
@@ -327,7 +327,7 @@ class RuntimeCell:
         if self.lifecycle is Lifecycle.COMPLETED:
             completion = self._take_completion(None)
             assert isinstance(completion, Completed)
-            # Taken: a terminate meanwhile finds it claimed (reference-runtime 5.5).
+            # Taken: a terminate meanwhile finds it claimed (design.md, runtime 5.5).
             await trio.lowlevel.cancel_shielded_checkpoint()
             if not self._has_task:
                 self._close()

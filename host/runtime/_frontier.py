@@ -1,4 +1,4 @@
-"""The pending frontier of one cell (reference-runtime 5.9): when it pauses, what it holds back.
+"""The pending frontier of one cell (design.md, runtime 5.9): when it pauses, what it holds back.
 
 A cell is *quiescent* when the engine has run every command it was given (its start, each tool
 answer, each timer firing) and its JavaScript has nothing left to do until the next one; the

@@ -10,7 +10,7 @@ Rules:
 2. The cell marks a *boundary* (how many buffered items belong to this observation) when
    `yield_control()` runs or the window ends while the cell's events are being processed; an
    observation that yields returns only the output before its boundary. This is how a 0 ms
-   window yields before output that was queued behind the cell's start (reference-runtime 5.3).
+   window yields before output that was queued behind the cell's start (design.md, runtime 5.3).
 3. The window of the initial observer starts when the cell has started (compile and globals set-up
    excluded); a `wait` window starts at once.
 4. An observation may be given a byte budget (the host gives the frame limit): it takes only the
@@ -19,7 +19,7 @@ Rules:
    has completed.
 5. A frontier observer (`execute_to_pending`, `wait_to_pending`) has no window and no boundary:
    neither time, `yield_control()` nor `preempt` ends it; the cell's frontier, its completion
-   or its termination does (reference-runtime 5.9).
+   or its termination does (design.md, runtime 5.9).
 6. The observer's task sleeps without a deadline of its own: the end of its window is an alarm
    of the engine that wakes it (rule 9 of `_cell`; windows end only while the JavaScript runs).
    A cancel scope per sleep cost about as much as the rest of a trivial cell's observation.
@@ -51,7 +51,7 @@ ITEM_OVERHEAD = 64
 
 DEFAULT_YIELD_TIME_MS = 10_000
 YIELD_GRACE_MS = 1_000
-"""Added to windows of 10 s or more (reference-runtime 2.15)."""
+"""Added to windows of 10 s or more (design.md, runtime 2.15)."""
 
 
 def observation_window_ms(yield_time_ms: int, limits: CellLimits) -> int:

@@ -1,4 +1,4 @@
-"""The cell state tables of the runtime (h11 `_state.py`; STYLE 4).
+"""The cell state tables of the runtime (h11 `_state.py`; design.md, style 4).
 
 A cell has two independent parts of state, each a table applied by `StateTable.move`:
 
@@ -22,7 +22,7 @@ A cell has two independent parts of state, each a table applied by `StateTable.m
   YIELDING means the observer must answer with the output before its boundary (its window
   ended, or `yield_control()` ran); delegate calls the cell makes while an observer is YIELDING
   are started once it answered, so the observer's response leaves before them (the order the
-  reference's hosts keep on the wire, reference-host 2.5).
+  reference's hosts keep on the wire, design.md, host 2.5).
 """
 
 from __future__ import annotations

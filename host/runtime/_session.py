@@ -1,4 +1,4 @@
-"""A session of the runtime: its cells, their stored values, their limits (reference-runtime 5).
+"""A session of the runtime: its cells, their stored values, their limits (design.md, runtime 5).
 
 Rules:
 1. Cell ids are decimal counters per session from "1", never reused.
@@ -233,7 +233,7 @@ class RuntimeSession:
 
         The observer is attached before the first checkpoint, so a wait made before an event
         reaches the cell (a tool's result, a timer) observes that event: a `yield_control()`
-        it leads to is not lost for want of an observer (reference-runtime 5.3: the actor takes
+        it leads to is not lost for want of an observer (design.md, runtime 5.3: the actor takes
         commands before runtime events).
 
         Raises:
@@ -307,7 +307,7 @@ class RuntimeSession:
             SessionShuttingDownError: shutdown has begun.
         """
         # The termination takes effect before the first pass of the scheduler: a completion
-        # the engine reports meanwhile does not overtake it (reference-runtime 5.3, the actor
+        # the engine reports meanwhile does not overtake it (design.md, runtime 5.3, the actor
         # takes commands before runtime events).
         await trio.lowlevel.checkpoint_if_cancelled()
         cell = self._cells.get(cell_id) if self._alive else None
