@@ -28,13 +28,11 @@ from codemode import (
     ExecuteRequest,
     NestedToolCall,
     Session,
-    ToolDefinition,
-    ToolName,
     ToolThreadLimits,
     ToolThreadStatistics,
 )
 from codemode._trio import CLEANUP_GRACE
-from tests.sessions import texts
+from tests.sessions import texts, tool
 
 pytestmark = pytest.mark.slow
 
@@ -259,22 +257,24 @@ class Custom(BaseException):
     pass
 
 
-async def test_async_tool_raising_a_stray_cancelled_is_a_failed_call(opener: Opener) -> None:
-    async def stray() -> None:
-        with trio.CancelScope() as scope:
-            scope.cancel()
-            try:
-                await trio.lowlevel.checkpoint()
-            except trio.Cancelled as error:
-                caught = error
-        raise caught
+async def raise_stray_cancelled() -> None:
+    """Re-raise a `trio.Cancelled` outside the scope it belonged to (a stray one)."""
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        try:
+            await trio.lowlevel.checkpoint()
+        except trio.Cancelled as error:
+            caught = error
+    raise caught
 
+
+async def test_async_tool_raising_a_stray_cancelled_is_a_failed_call(opener: Opener) -> None:
     toolbox = codemode.Toolbox()
 
     @toolbox.tool
     async def leaky() -> str:
         """Re-raises a Cancelled outside the scope it belonged to."""
-        await stray()
+        await raise_stray_cancelled()
         return "unreachable"
 
     with trio.fail_after(30):
@@ -291,7 +291,7 @@ async def test_async_tool_raising_a_stray_cancelled_is_a_failed_call(opener: Ope
     assert reached_the_end_of_the_block
 
 
-TOOL = ToolDefinition(name="t", tool_name=ToolName.plain("t"), description="t")
+TOOL = tool("t", "t")
 
 
 @pytest.mark.parametrize(
@@ -328,13 +328,7 @@ class Stray:
     """A raw `SessionDelegate` whose tool re-raises a `trio.Cancelled` outside its scope."""
 
     async def invoke_tool(self, call: NestedToolCall) -> None:
-        with trio.CancelScope() as scope:
-            scope.cancel()
-            try:
-                await trio.lowlevel.checkpoint()
-            except trio.Cancelled as error:
-                caught = error
-        raise caught
+        await raise_stray_cancelled()
 
     async def notify(self, call_id: str, cell_id: str, text: str) -> None:
         pass

@@ -59,12 +59,12 @@ class ProcessProvider:
         *,
         hosts: int = 1,
         idle_host_timeout: float = IDLE_HOST_TIMEOUT,
-        calls: trio.Nursery | None = None,
-        tool_threads: ToolThreads | None = None,
+        calls: trio.Nursery,
+        tool_threads: ToolThreads,
     ) -> None:
         self._nursery = nursery
-        self._tool_threads = tool_threads or ToolThreads()
-        workers = CallWorkers(calls or nursery, keep=LINK_WORKERS)  # rule 4
+        self._tool_threads = tool_threads
+        workers = CallWorkers(calls, keep=LINK_WORKERS)  # rule 4
         use_tool_threads(workers.context, self._tool_threads)
         self._pool = HostPool(
             partial(HostLink, command, handshake_timeout, workers=workers),

@@ -78,15 +78,15 @@ class RemoteProvider:
         ssl_context: ssl.SSLContext | None,
         handshake_timeout: float,
         connect_timeout: float,
-        resolve: Resolver | None = None,
-        calls: trio.Nursery | None = None,
-        tool_threads: ToolThreads | None = None,
+        resolve: Resolver | None,
+        calls: trio.Nursery,
+        tool_threads: ToolThreads,
     ) -> None:
         self._hosts = [_Host(index, address) for index, address in enumerate(addresses)]
         self._nursery = nursery
-        self._tool_threads = tool_threads or ToolThreads()
+        self._tool_threads = tool_threads
         # The application's delegate calls, as the process provider runs them (its rule 4).
-        self._workers = CallWorkers(calls or nursery, keep=LINK_WORKERS)
+        self._workers = CallWorkers(calls, keep=LINK_WORKERS)
         use_tool_threads(self._workers.context, self._tool_threads)
         self._token = token
         self._ssl_context = ssl_context
