@@ -411,6 +411,16 @@ async def collect_to_end(
         captured[name] += chunk
 
 
+async def exit_status(process: trio.Process, captured: dict[str, bytes]) -> int:
+    """The process's exit status, once both its streams are read to their end."""
+    assert process.stdout is not None
+    assert process.stderr is not None
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(collect_to_end, process.stdout, captured, "stdout")
+        nursery.start_soon(collect_to_end, process.stderr, captured, "stderr")
+        return await process.wait()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("flags", [(), ("--in-process",)], ids=["process", "in-process"])
 async def test_ctrl_c_ends_the_run_in_bounded_time_despite_a_stuck_tool(
@@ -423,10 +433,7 @@ async def test_ctrl_c_ends_the_run_in_bounded_time_despite_a_stuck_tool(
         await collect_until(process.stdout, captured, "stdout", b"start\n")
         process.send_signal(signal.SIGINT)
         interrupted_at = trio.current_time()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(collect_to_end, process.stdout, captured, "stdout")
-            nursery.start_soon(collect_to_end, process.stderr, captured, "stderr")
-            status = await process.wait()
+        status = await exit_status(process, captured)
         elapsed = trio.current_time() - interrupted_at
     assert status == 130
     # EXIT_TIMEOUT (5 s) after the signal at the latest, the tool's thread still asleep.
@@ -448,10 +455,7 @@ async def test_a_second_ctrl_c_exits_at_once(tmp_path: Path) -> None:
         await collect_until(process.stdout, captured, "stdout", b"Script terminated")
         process.send_signal(signal.SIGINT)
         again_at = trio.current_time()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(collect_to_end, process.stdout, captured, "stdout")
-            nursery.start_soon(collect_to_end, process.stderr, captured, "stderr")
-            status = await process.wait()
+        status = await exit_status(process, captured)
         elapsed = trio.current_time() - again_at
     assert status == 130
     assert elapsed < 2, elapsed
