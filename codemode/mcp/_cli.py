@@ -151,17 +151,18 @@ class AnsweringUnparsed:
         return getattr(self._read, "last_context", None)
 
     async def receive(self) -> SessionMessage | Exception:
-        while True:
-            item: SessionMessage | Exception = await self._read.receive()
-            if not (isinstance(item, Exception) and await self._answered(item)):
-                return item
+        return await self._next(self._read.receive)
 
     def __aiter__(self) -> AnsweringUnparsed:
         return self
 
     async def __anext__(self) -> SessionMessage | Exception:
+        return await self._next(self._read.__anext__)
+
+    async def _next(self, get: Any) -> SessionMessage | Exception:
+        """What `get()` gives next that is not a refused request this answered."""
         while True:
-            item: SessionMessage | Exception = await self._read.__anext__()
+            item: SessionMessage | Exception = await get()
             if not (isinstance(item, Exception) and await self._answered(item)):
                 return item
 
