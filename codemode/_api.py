@@ -106,7 +106,13 @@ OutputTokens: TypeAlias = Annotated[int, msgspec.Meta(ge=0, le=MAX_OUTPUT_TOKENS
 
 
 def _check_range(name: str, value: int | None, high: int) -> None:
-    if value is not None and not 0 <= value <= high:
+    if value is None:
+        return
+    # msgspec checks the type only when decoding: a float or a string built by the
+    # application would otherwise fail later, elsewhere, or not at all on one provider.
+    if type(value) is not int:
+        raise InvalidRequestError(f"{name} must be an int, got {type(value).__name__}")
+    if not 0 <= value <= high:
         raise InvalidRequestError(f"{name} must be between 0 and {high}, got {value}")
 
 

@@ -44,6 +44,7 @@ from ._api import (
     WaitOutcome,
     WaitRequest,
 )
+from ._checks import check_cell_id, check_execute, check_wait
 from ._tool_threads import ToolThreads, use_tool_threads
 from ._trio import (
     CLEANUP_GRACE,
@@ -93,6 +94,7 @@ class InProcessSession:
             ProviderClosedError: the provider was closed.
         """
         self._check()
+        check_execute(request)
         started = await self._runtime.execute(request, delegate)
         # Rule 3 holds for its initial response too.
         started._initial_response = partial(self._initial_response, started._initial_response)
@@ -114,6 +116,7 @@ class InProcessSession:
             ProviderClosedError: the provider was closed.
         """
         self._check()
+        check_wait(request)
         return await self._runtime.wait(request)
 
     async def terminate(self, cell_id: str) -> WaitOutcome:
@@ -125,6 +128,7 @@ class InProcessSession:
             ProviderClosedError: the provider was closed.
         """
         self._check()
+        check_cell_id(cell_id)
         return await self._runtime.terminate(cell_id)
 
     async def execute_to_pending(
@@ -139,6 +143,7 @@ class InProcessSession:
             ProviderClosedError: the provider was closed.
         """
         self._check()
+        check_execute(request)
         return await self._runtime.execute_to_pending(request, delegate)
 
     async def wait_to_pending(self, cell_id: str) -> WaitOutcome:
@@ -150,6 +155,7 @@ class InProcessSession:
             ProviderClosedError: the provider was closed.
         """
         self._check()
+        check_cell_id(cell_id)
         return await self._runtime.wait_to_pending(cell_id)
 
     async def preempt(self, cell_id: str) -> None:
@@ -160,6 +166,7 @@ class InProcessSession:
             ProviderClosedError: the provider was closed.
         """
         self._check()
+        check_cell_id(cell_id)
         await self._runtime.preempt(cell_id)
 
     async def cells(self) -> list[CellInfo]:

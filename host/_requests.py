@@ -200,6 +200,8 @@ class Requests:
             slot.set(result)
 
     def _respond(self, request_id: int, result: Ok[HostResponse] | Err) -> None:
+        if self._disconnected:
+            return  # nobody reads: the connection ended or failed
         self._connection.respond(request_id, result)
         self._flush()
 
@@ -338,6 +340,8 @@ class Requests:
         self, request_id: int, initial: Ok[RuntimeResponse | Pending] | Err
     ) -> None:
         self._active.pop(request_id, None)
+        if self._disconnected:
+            return
         self._connection.respond_initial(request_id, initial)
         self._flush()
 
@@ -398,6 +402,8 @@ class Requests:
         return cancel
 
     def cell_closed(self, session_id: str, cell_id: str) -> None:
+        if self._disconnected:
+            return
         self._connection.cell_closed(session_id, cell_id)
         self._flush()
 

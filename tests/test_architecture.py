@@ -7,10 +7,11 @@ import re
 from pathlib import Path
 
 import pytest
-from codemode_host.runtime import LIFECYCLE, OBSERVATION
+from codemode_host.runtime import INITIAL, LIFECYCLE, OBSERVATION
 
 from codemode.protocol import StateTable
 from codemode.protocol._cellview import OBSERVATION as CLIENT_OBSERVATION
+from codemode.protocol._states import CONNECTION, SESSION
 from tests.typecheck import ROOT
 
 DOC = ROOT / "docs" / "architecture.md"
@@ -135,7 +136,11 @@ def test_the_host_imports_only_the_front_door_the_protocol_and_the_trio_helpers(
             }, path
 
 
-@pytest.mark.parametrize("table", [LIFECYCLE, OBSERVATION, CLIENT_OBSERVATION], ids=str)
+@pytest.mark.parametrize(
+    "table",
+    [LIFECYCLE, OBSERVATION, INITIAL, CLIENT_OBSERVATION, CONNECTION, SESSION],
+    ids=lambda table: table.name,
+)
 def test_the_documented_state_tables_are_the_code(table: StateTable[object, object]) -> None:  # type: ignore[type-var]
     text = DOC.read_text()
     match = re.search(

@@ -49,12 +49,14 @@ from codemode.protocol import (
     FrameDecodeError,
     FrameDecoder,
     FrameEncoder,
+    FrameLengthError,
     FrameTooLargeError,
     Hello,
     HostMessage,
     InitialResponse,
     InvalidHello,
     ListCells,
+    LocalProtocolError,
     MissingRequiredCapability,
     NoCompatibleVersion,
     NotificationDelivered,
@@ -68,6 +70,7 @@ from codemode.protocol import (
     ProtocolError,
     Ready,
     Rejected,
+    RemoteProtocolError,
     SessionClosed,
     SessionReady,
     ShutdownSession,
@@ -296,9 +299,10 @@ def test_declared_length_is_checked_before_the_payload_arrives() -> None:
     decoder: FrameDecoder[object] = FrameDecoder(HostMessage)  # type: ignore[arg-type]
     decoder.receive_data((MAX_FRAME_BYTES + 1).to_bytes(4, "little"))
     with pytest.raises(
-        FrameTooLargeError, match=f"^code-mode IPC frame length {MAX_FRAME_BYTES + 1} exceeds"
-    ):
+        FrameLengthError, match=f"^code-mode IPC frame length {MAX_FRAME_BYTES + 1} exceeds"
+    ) as raised:
         decoder.next_message()
+    assert isinstance(raised.value, RemoteProtocolError)
 
 
 def test_a_payload_of_exactly_the_limit_is_allowed() -> None:
@@ -309,8 +313,10 @@ def test_a_payload_of_exactly_the_limit_is_allowed() -> None:
 
 def test_oversized_messages_are_refused_by_the_encoder() -> None:
     message = DelegateResponse(id=1, result=Ok(value=ToolResult(result="x" * MAX_FRAME_BYTES)))
-    with pytest.raises(FrameTooLargeError, match="exceeds 67108864 bytes"):
+    with pytest.raises(FrameTooLargeError, match="exceeds 67108864 bytes") as raised:
         FrameEncoder().encode(message)
+    # Our own message: a local refusal, not the peer's fault.
+    assert isinstance(raised.value, LocalProtocolError)
 
 
 @pytest.mark.parametrize(

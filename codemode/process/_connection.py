@@ -267,8 +267,8 @@ class HostLink:
                 data = await reader.receive_some()
                 self._connection.receive_data(data)
                 self._pump()
-                if not data:
-                    break
+                if not self._connection.is_open:
+                    break  # end of file, a protocol error, or the link was given up
         except RemoteProtocolError as error:
             self._lost(f"failed to read code-mode host message: {error}", error)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as error:

@@ -45,6 +45,7 @@ from .._api import (
     WaitRequest,
     Yielded,
 )
+from .._checks import check_cell_id, check_execute, check_wait
 from .._trio import RunOnce
 from ..errors import (
     AlreadyTerminatingError,
@@ -210,6 +211,7 @@ class ProcessSession:
 
         Cancelled before it returns, the cell (if the host admitted it) is terminated.
         """
+        check_execute(request)
         StartedCell._release_dropped(self._dropped)  # keeps the deque short between waits
         binding = await self._bind()
         request_id, wire_id = await self._start(binding, request, delegate, to_pending=False)
@@ -269,6 +271,7 @@ class ProcessSession:
 
     async def wait(self, request: WaitRequest) -> WaitOutcome:
         """Observe a cell. Output a cancelled observation took is kept for the next one."""
+        check_wait(request)
         return await self._observe(request.cell_id, request.yield_time_ms)
 
     async def _observe(self, cell_id: str, yield_time_ms: int | None) -> WaitOutcome:
@@ -291,6 +294,7 @@ class ProcessSession:
 
         Cancelled before it returns, the cell (if the host admitted it) is terminated.
         """
+        check_execute(request)
         StartedCell._release_dropped(self._dropped)
         binding = await self._bind()
         binding.need(PENDING_FRONTIER_CAPABILITY, "the pending frontier")
@@ -308,11 +312,13 @@ class ProcessSession:
 
     async def wait_to_pending(self, cell_id: str) -> WaitOutcome:
         """Resume a cell and observe it to its next pending frontier, or its end."""
+        check_cell_id(cell_id)
         return await self._observe(cell_id, None)
 
     async def preempt(self, cell_id: str) -> None:
         """Make the cell's active observation return `Yielded` now (no effect on frontier
         observers, or when nothing observes it)."""
+        check_cell_id(cell_id)
         binding = await self._bind()
         binding.need(YIELD_CAPABILITY, "preempting an observation")
         binding.link.preempt(binding.session_id, binding.wire_id(cell_id))
@@ -337,6 +343,7 @@ class ProcessSession:
         bounded by the cleanup grace), as in-process. A second terminate meanwhile raises
         `AlreadyTerminatingError`.
         """
+        check_cell_id(cell_id)
         binding = await self._bind()
         wire_id = binding.wire_id(cell_id)
         if cell_id in self._terminating:

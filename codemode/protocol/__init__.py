@@ -16,6 +16,7 @@ from ._codec import NEED_DATA as NEED_DATA
 from ._codec import FrameDecodeError as FrameDecodeError
 from ._codec import FrameDecoder as FrameDecoder
 from ._codec import FrameEncoder as FrameEncoder
+from ._codec import FrameLengthError as FrameLengthError
 from ._codec import FrameTooLargeError as FrameTooLargeError
 from ._codec import NeedData as NeedData
 from ._errors import LocalProtocolError as LocalProtocolError

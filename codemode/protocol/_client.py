@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import assert_never
 
+import msgspec
+
 from .._api import (
     AdmissionLimits,
     CellLimits,
@@ -35,6 +37,7 @@ from .._api import (
     Terminated,
     Yielded,
 )
+from ..errors import InvalidRequestError
 from ._cells import CellBook
 from ._cellview import CellView
 from ._codec import FrameTooLargeError
@@ -84,6 +87,7 @@ from ._messages import (
 )
 from ._operations import Kind, PendingOperation
 from ._reverse import DelegateResult, ReverseCalls
+from ._states import SESSION, Link, LinkTrigger, SessionState, SessionTrigger
 
 ClientEvent = (
     HandshakeCompleted
@@ -118,13 +122,12 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         token: str | None = None,
     ) -> None:
         super().__init__(HostMessage)
-        self._handshaking = True
         self.capabilities: frozenset[str] = frozenset()
         self.admission: AdmissionLimits | None = None
         """The limits the host advertised in `connection/ready` (None: it did not)."""
         self._next_id = 1
         self._pending: dict[int, PendingOperation] = {}
-        self._sessions: dict[str, bool] = {}  # id -> open (False while opening)
+        self._sessions: dict[str, SessionState] = {}
         self._cells = CellBook(self._events, self._queue)  # type: ignore[arg-type]
         self._calls = ReverseCalls(self._events, self._queue, self._cells)  # type: ignore[arg-type]
         self._offered = {
@@ -153,11 +156,6 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
             sessions=len(self._sessions),
         )
 
-    @property
-    def is_open(self) -> bool:
-        """True from construction until the connection ended, failed or was rejected."""
-        return not self._closed
-
     def held_initials(self) -> dict[int, InitialResult]:
         """Initial responses that arrived before their `StartedCell` awaited them, by execute
         request id: they stay deliverable after the connection is lost."""
@@ -166,7 +164,8 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
     def connection_lost(self) -> list[tuple[str, str]]:
         """The connection is over (host gone, stream broken, protocol error): forget
         everything. Returns the (session id, cell id) of every cell not yet closed."""
-        self._closed = True
+        self._move(LinkTrigger.ENDED)
+        self._events.clear()
         live = [key for key, view in self._cells.cells.items() if not view.closed]
         self._pending.clear()
         self._cells.observations.clear()
@@ -184,7 +183,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         self._check_usable()
         if session_id in self._sessions:
             raise LocalProtocolError(f"code-mode session {session_id} is already open")
-        self._sessions[session_id] = False
+        self._sessions[session_id] = SessionState.OPENING
         request = OpenSession(
             session_id=session_id, cell_execution_limits=limits, store_load=store_load
         )
@@ -210,7 +209,8 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
     def release_initial(self, request_id: int) -> None:
         """The `StartedCell` of execute `request_id` gives its initial observation up: the
         cell's next `wait` may observe, and gets what that observation took."""
-        self._cells.release_initial(request_id)
+        if not self._closed:
+            self._cells.release_initial(request_id)
 
     def wait(self, session_id: str, cell_id: str, yield_time_ms: int | None) -> int:
         """Queue an observation of the cell (`yield_time_ms` None: to its pending frontier),
@@ -249,7 +249,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
     def shutdown_session(self, session_id: str) -> int:
         """Queue `session/shutdown`; every `cell/closed` of the session precedes its answer."""
         self._check_session(session_id)
-        return self._request(Kind.SHUTDOWN, ShutdownSession(session_id=session_id))
+        return self._shut_down(session_id)
 
     def cells(self, session_id: str) -> int:
         """Queue `session/cells`: the session's live cells, answered with a `CellList`."""
@@ -283,7 +283,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         if isinstance(value, ExecutionStarted):
             self._abandon_cell(request_id, session_id, value.cell_id, cancelled=False)
         elif isinstance(value, SessionReady):
-            self._request(Kind.SHUTDOWN, ShutdownSession(session_id=session_id), internal=True)
+            self._shut_down(session_id, internal=True)
         elif isinstance(value, WaitCompleted):
             if isinstance(value.outcome, LiveCell):
                 self._cells.take_back(session_id, value.outcome.response)
@@ -303,7 +303,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
     # ---- incoming --------------------------------------------------------------------------
 
     def _receive(self, message: HostMessage) -> None:
-        if self._handshaking:
+        if self._state is Link.HANDSHAKING:
             self._receive_handshake(message)
             return
         match message:
@@ -322,7 +322,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
 
     def _receive_handshake(self, message: HostMessage) -> None:
         if isinstance(message, Rejected):
-            self._closed = True
+            self._move(LinkTrigger.REFUSED)
             self._events.append(HandshakeRejected(reason=message.reason))
             return
         if not isinstance(message, Ready) or message.selected_version != PROTOCOL_VERSION:
@@ -334,7 +334,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
             raise RemoteProtocolError(
                 f"code-mode host selected capabilities the client did not offer: {sorted(unknown)}"
             )
-        self._handshaking = False
+        self._move(LinkTrigger.READY)
         self.capabilities = frozenset(message.capabilities)
         self.admission = message.admission
         self._events.append(HandshakeCompleted(capabilities=self.capabilities))
@@ -364,14 +364,16 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
     def _on_opened(self, request_id: int, pending: PendingOperation, result: HostResult) -> None:
         session_id = pending.session_id
         if isinstance(result, Err):
-            self._sessions.pop(session_id, None)
+            SESSION.move(self._sessions.pop(session_id), SessionTrigger.REFUSED)
         elif not isinstance(result.value, SessionReady) or result.value.session_id != session_id:
             raise RemoteProtocolError("code-mode host returned an invalid open-session response")
         else:
-            self._sessions[session_id] = True
+            self._sessions[session_id] = SESSION.move(
+                self._sessions[session_id], SessionTrigger.READY
+            )
             if pending.abandoned:
                 # Its caller went away: nobody will ever use or shut down this session.
-                self._request(Kind.SHUTDOWN, ShutdownSession(session_id=session_id), internal=True)
+                self._shut_down(session_id, internal=True)
         self._events.append(Answered(request_id=request_id, result=result))
 
     def _on_started(self, request_id: int, pending: PendingOperation, result: HostResult) -> None:
@@ -416,7 +418,9 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
             not isinstance(result.value, SessionClosed) or result.value.session_id != session_id
         ):
             raise RemoteProtocolError("code-mode host returned an invalid shutdown response")
-        self._sessions.pop(session_id, None)
+        state = self._sessions.pop(session_id, None)
+        if state is not None:
+            SESSION.move(state, SessionTrigger.CLOSED)
         self._cells.forget_session(session_id)
         if not pending.internal:
             self._events.append(Answered(request_id=request_id, result=result))
@@ -473,20 +477,40 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         pending = PendingOperation(kind, request.session_id, cell_id, internal=internal)
         try:
             self._queue(OperationRequest(id=request_id, request=request))
-        except FrameTooLargeError:
+        except (
+            FrameTooLargeError,
+            TypeError,
+            ValueError,
+            OverflowError,
+            msgspec.EncodeError,
+        ) as error:
             if kind is Kind.OPEN:
                 self._sessions.pop(pending.session_id, None)
-            raise
+            if isinstance(error, FrameTooLargeError):
+                raise
+            # A value the sessions' checks leave to the encoder (a schema's contents): the
+            # application's mistake, named as such, and nothing was queued.
+            raise InvalidRequestError(f"invalid code-mode request: {error}") from None
         self._pending[request_id] = pending
         return request_id
 
+    def _shut_down(self, session_id: str, *, internal: bool = False) -> int:
+        """Queue `session/shutdown` (a second one goes too: the host answers it)."""
+        state = self._sessions[session_id]
+        if state is SessionState.OPEN:
+            self._sessions[session_id] = SESSION.move(state, SessionTrigger.SHUTDOWN)
+        request = ShutdownSession(session_id=session_id)
+        return self._request(Kind.SHUTDOWN, request, internal=internal)
+
     def _check_usable(self) -> None:
-        if self._closed:
+        self._check_not_failed()
+        if self._state is Link.CLOSED:
             raise LocalProtocolError("the code-mode host connection is closed")
-        if self._handshaking:
+        if self._state is Link.HANDSHAKING:
             raise LocalProtocolError("the code-mode handshake has not completed")
 
     def _check_session(self, session_id: str) -> None:
         self._check_usable()
-        if not self._sessions.get(session_id, False):
+        state = self._sessions.get(session_id)
+        if state is not SessionState.OPEN and state is not SessionState.CLOSING:
             raise LocalProtocolError(f"unknown code-mode session {session_id}")

@@ -4,11 +4,14 @@ A frame is a 4-byte little-endian unsigned payload length, then the payload: one
 message. `MAX_FRAME_BYTES` bounds the payload.
 
 - `FrameEncoder.encode(message)` returns the whole frame, or raises `FrameTooLargeError` before
-  anything is queued: an oversized message never reaches the wire.
+  anything is queued: an oversized message of our own never reaches the wire, and is a local
+  refusal (`LocalProtocolError`), not the peer's fault.
 - `FrameDecoder.receive_data(chunk)` takes bytes cut anywhere (split and merged reads, split
   prefixes); `next_message()` returns the next whole message or `NEED_DATA`. A declared length
-  over the limit raises `FrameTooLargeError` before the payload is buffered; bytes that do not
-  decode raise `FrameDecodeError`. Both are `RemoteProtocolError`s, and the only errors it raises.
+  over the limit raises `FrameLengthError` before the payload is buffered; a whole frame that
+  does not decode raises `FrameDecodeError`, which carries the payload (the host answers some
+  of those instead of ending the connection) and is consumed. Both are `RemoteProtocolError`s,
+  and the only errors it raises.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Generic, TypeVar
 
 import msgspec
 
-from ._errors import RemoteProtocolError
+from ._errors import LocalProtocolError, RemoteProtocolError
 
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 _PREFIX = struct.Struct("<I")
@@ -27,8 +30,16 @@ _PREFIX = struct.Struct("<I")
 M = TypeVar("M")
 
 
-class FrameTooLargeError(RemoteProtocolError):
-    """A frame's payload exceeds MAX_FRAME_BYTES."""
+class FrameTooLargeError(LocalProtocolError):
+    """A message of ours whose frame would exceed MAX_FRAME_BYTES: nothing was queued."""
+
+    def __init__(self, length: int) -> None:
+        super().__init__(f"code-mode IPC frame length {length} exceeds {MAX_FRAME_BYTES} bytes")
+        self.length = length
+
+
+class FrameLengthError(RemoteProtocolError):
+    """The peer declared a frame longer than MAX_FRAME_BYTES."""
 
     def __init__(self, length: int) -> None:
         super().__init__(f"code-mode IPC frame length {length} exceeds {MAX_FRAME_BYTES} bytes")
@@ -36,7 +47,17 @@ class FrameTooLargeError(RemoteProtocolError):
 
 
 class FrameDecodeError(RemoteProtocolError):
-    """A frame's payload is not a valid message."""
+    """A whole frame whose payload is not a valid message.
+
+    Attributes:
+        payload: the frame's payload (the decoder moved past it).
+        problem: what msgspec found wrong, with the path of the field.
+    """
+
+    def __init__(self, problem: str, payload: bytes) -> None:
+        super().__init__(f"failed to decode code-mode IPC frame: {problem}")
+        self.problem = problem
+        self.payload = payload
 
 
 class NeedData(enum.Enum):
@@ -105,7 +126,7 @@ class FrameDecoder(Generic[M]):
             return self._compact(NEED_DATA)
         (length,) = _PREFIX.unpack_from(self._buffer, self._position)
         if length > MAX_FRAME_BYTES:
-            raise FrameTooLargeError(length)
+            raise FrameLengthError(length)
         if available < _PREFIX.size + length:
             return self._compact(NEED_DATA)
         start = self._position + _PREFIX.size
@@ -114,7 +135,7 @@ class FrameDecoder(Generic[M]):
         try:
             return self._decoder.decode(payload)
         except msgspec.DecodeError as error:
-            raise FrameDecodeError(f"failed to decode code-mode IPC frame: {error}") from None
+            raise FrameDecodeError(str(error), bytes(payload)) from None
         finally:
             payload.release()
 

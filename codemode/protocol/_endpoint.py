@@ -2,8 +2,11 @@
 
 `Endpoint` owns the outgoing buffer (`data_to_send`, or `take_outgoing` for an adapter that
 writes the buffer itself), the incoming decoder (`receive_data`),
-end of file, and the event queue (`next_event`); a connection subclass says what a received
-message means (`_receive`, which appends events) and queues its own frames (`_queue`).
+end of file, the event queue (`next_event`) and the connection's state (`_states.CONNECTION`):
+any exception while an event is made moves it to ERROR, after which every call raises
+`LocalProtocolError` (h11's rule, enforced here rather than by each adapter). A connection
+subclass says what a received message means (`_receive`, which appends events), what to make of
+a frame that does not decode (`_undecodable`) and queues its own frames (`_queue`).
 """
 
 from __future__ import annotations
@@ -11,9 +14,10 @@ from __future__ import annotations
 import collections
 from typing import Generic, TypeVar
 
-from ._codec import NEED_DATA, FrameDecoder, FrameEncoder, NeedData
-from ._errors import RemoteProtocolError
+from ._codec import NEED_DATA, FrameDecodeError, FrameDecoder, FrameEncoder, NeedData
+from ._errors import LocalProtocolError, RemoteProtocolError
 from ._events import ConnectionEnded
+from ._states import CONNECTION, Link, LinkTrigger
 
 M = TypeVar("M")
 """The messages this side receives."""
@@ -29,8 +33,27 @@ class Endpoint(Generic[M, E]):
         self._decoder: FrameDecoder[M] = FrameDecoder(incoming)  # type: ignore[arg-type]
         self._outgoing = bytearray()
         self._events: collections.deque[E | ConnectionEnded] = collections.deque()
-        self._closed = False
+        self._state = Link.HANDSHAKING
+        self._failure: str | None = None
         self._eof = False
+
+    @property
+    def state(self) -> Link:
+        """Where the connection stands: handshaking, open, closed or error."""
+        return self._state
+
+    @property
+    def is_open(self) -> bool:
+        """True from construction until the connection ended, failed or was refused."""
+        return self._state is Link.HANDSHAKING or self._state is Link.OPEN
+
+    @property
+    def _closed(self) -> bool:
+        return self._state is Link.CLOSED or self._state is Link.ERROR
+
+    def send_failed(self) -> None:
+        """The adapter could not write what this connection queued: it is broken (ERROR)."""
+        self._fail("sending failed", LinkTrigger.SEND_FAILED)
 
     def data_to_send(self) -> bytes:
         """Every frame queued since the last call, in order (b"" when there is none)."""
@@ -43,7 +66,12 @@ class Endpoint(Generic[M, E]):
         return data
 
     def receive_data(self, data: bytes | bytearray) -> None:
-        """Feed bytes read from the peer; b"" means end of file."""
+        """Feed bytes read from the peer; b"" means end of file.
+
+        Raises:
+            LocalProtocolError: the connection failed earlier.
+        """
+        self._check_not_failed()
         if data:
             self._decoder.receive_data(data)
         else:
@@ -54,21 +82,58 @@ class Endpoint(Generic[M, E]):
         decoded at a time, so an adapter acts on each event before the next frame is read.
 
         Raises:
-            RemoteProtocolError: the peer broke the protocol (framing, ids, ordering).
+            RemoteProtocolError: the peer broke the protocol (framing, ids, ordering); the
+                connection is in ERROR from now on.
+            LocalProtocolError: the connection failed earlier.
         """
+        self._check_not_failed()
+        try:
+            return self._next_event()
+        except RemoteProtocolError as error:
+            self._fail(str(error), LinkTrigger.PROTOCOL_ERROR)
+            raise
+        except BaseException as error:
+            # A bug on this side (or a MemoryError) inside the machine: its state is unknown.
+            self._fail(f"{type(error).__name__}: {error}", LinkTrigger.PROTOCOL_ERROR)
+            raise
+
+    def _next_event(self) -> E | ConnectionEnded | NeedData:
         while not self._events:
             if self._closed:
                 return NEED_DATA
-            message = self._decoder.next_message()
+            try:
+                message = self._decoder.next_message()
+            except FrameDecodeError as error:
+                self._undecodable(error)
+                continue
             if message is NEED_DATA:
                 if not self._eof:
                     return NEED_DATA
                 if self._decoder.buffered:
                     raise RemoteProtocolError("EOF inside a code-mode IPC frame")
-                self._closed = True
+                self._move(LinkTrigger.ENDED)
                 return ConnectionEnded()
             self._receive(message)
         return self._events.popleft()
+
+    def _undecodable(self, error: FrameDecodeError) -> None:
+        """A whole frame whose payload is not a valid message: fatal unless a subclass can
+        answer it (the host, after the handshake)."""
+        raise error
+
+    def _move(self, trigger: LinkTrigger) -> None:
+        self._state = CONNECTION.move(self._state, trigger)
+
+    def _fail(self, reason: str, trigger: LinkTrigger) -> None:
+        if self._failure is None:
+            self._failure = reason
+        self._move(trigger)
+
+    def _check_not_failed(self) -> None:
+        if self._state is Link.ERROR:
+            raise LocalProtocolError(
+                f"the code-mode connection is unusable after an error: {self._failure}"
+            )
 
     def _receive(self, message: M) -> None:
         raise NotImplementedError

@@ -27,17 +27,25 @@ What it owns (design.md, host 3, 4.1 and 5):
    differs (compared in constant time) is refused with `Unauthorized`, whose text never holds
    a token; then, with a `codemode_version`, a hello naming another version (or none) is
    refused with `VersionMismatch`. Both are checked before versions and capabilities.
+9. A frame that does not decode: before the handshake it ends the connection. After it, an
+   `operation/request` whose body does not decode is answered with an `invalid_request` error
+   for its id, and a `delegate/response` whose body does not decode fails that tool call
+   (`_salvage`); anything else (an unknown type, no usable id, a broken length prefix, not
+   msgpack at all) is fatal. A deliberate deviation from the reference, whose host exits on
+   any undecodable frame: one application's bad request must not cost the other sessions of a
+   shared host their cells (docs/protocol.md).
+10. The connection's state and each session's go through `_states.CONNECTION` and
+   `_states.SESSION`; after a protocol error every call raises `LocalProtocolError`.
 """
 
 from __future__ import annotations
 
-import enum
 import hmac
 from collections.abc import Iterable
 
 from .._api import AdmissionLimits, Pending, RuntimeResponse
 from ..errors import TOO_MANY_REQUESTS, ErrorKind
-from ._codec import FrameTooLargeError
+from ._codec import FrameDecodeError, FrameTooLargeError
 from ._endpoint import Endpoint
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._events import (
@@ -94,6 +102,8 @@ from ._messages import (
     WaitToPending,
 )
 from ._recent import RecentIds, RecentNumbers
+from ._salvage import salvage
+from ._states import SESSION, Link, LinkTrigger, SessionState, SessionTrigger
 
 HostEvent = (
     HandshakeCompleted
@@ -104,12 +114,6 @@ HostEvent = (
     | DelegateAnswered
     | ConnectionEnded
 )
-
-
-class _SessionState(enum.Enum):
-    OPENING = "opening"
-    OPEN = "open"
-    CLOSING = "closing"
 
 
 class _Route:
@@ -150,11 +154,10 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
         self._codemode_version = codemode_version
         self.admission = admission or AdmissionLimits()
         super().__init__(ClientMessage)
-        self._handshaking = True
         self.capabilities: frozenset[str] = frozenset()
         self._active: dict[int, HostRequest] = {}
         self._finished = RecentNumbers()
-        self._sessions: dict[str, _SessionState] = {}
+        self._sessions: dict[str, SessionState] = {}
         self._closed_sessions = RecentIds()
         self._routes: dict[tuple[str, str], _Route] = {}
         self._routes_of: dict[str, set[_Route]] = {}
@@ -181,6 +184,7 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
         An `ExecutionStarted` keeps the request active until `respond_initial`. A
         `SessionClosed` is held back until every cell of the session is closed.
         """
+        self._check_not_failed()
         request = self._active.get(request_id)
         if request is None:
             raise LocalProtocolError(f"code-mode request {request_id} is not active")
@@ -190,10 +194,12 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
                 self._start_route(request_id, request.session_id, value.cell_id)
                 return  # active until its initial response
             case OpenSession(session_id=session_id):
+                state = self._sessions[session_id]
                 if isinstance(value, SessionReady):
-                    self._sessions[session_id] = _SessionState.OPEN
+                    self._sessions[session_id] = SESSION.move(state, SessionTrigger.READY)
                     self._routes_of[session_id] = set()
                 else:
+                    SESSION.move(state, SessionTrigger.REFUSED)
                     del self._sessions[session_id]
             case ShutdownSession(session_id=session_id) if isinstance(value, SessionClosed):
                 if self._routes_of.get(session_id):
@@ -206,6 +212,7 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
     def respond_initial(self, request_id: int, result: Ok[RuntimeResponse | Pending] | Err) -> None:
         """Queue the initial response of the cell started by execute `request_id`, then its
         `cell/closed` if the cell already closed."""
+        self._check_not_failed()
         route = next((r for r in self._routes_of_request(request_id)), None)
         if route is None or route.initial_sent:
             raise LocalProtocolError(f"code-mode execute {request_id} has no initial response due")
@@ -221,6 +228,7 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
 
     def cell_closed(self, session_id: str, cell_id: str) -> None:
         """The runtime closed the cell: queue `cell/closed` (after its initial response)."""
+        self._check_not_failed()
         route = self._routes.get((session_id, cell_id))
         if route is None or route.closed:
             raise LocalProtocolError(f"code-mode cell {cell_id} of {session_id} is not open")
@@ -242,6 +250,7 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
             FrameTooLargeError: the call does not fit in a frame (fail this call only).
             LocalProtocolError: the cell is closed or unknown.
         """
+        self._check_not_failed()
         route = self._routes.get((session_id, cell_id))
         if route is None or route.closed or self._closed:
             raise LocalProtocolError("code-mode cell is closed")
@@ -264,7 +273,7 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
     # ---- incoming --------------------------------------------------------------------------
 
     def _receive(self, message: ClientMessage) -> None:
-        if self._handshaking:
+        if self._state is Link.HANDSHAKING:
             self._handshake(message)
             return
         match message:
@@ -291,6 +300,26 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
             case Hello():
                 raise RemoteProtocolError("received a second code-mode client hello")
 
+    def _undecodable(self, error: FrameDecodeError) -> None:
+        """Rule 9: after the handshake, a request or a delegate answer whose body does not
+        decode fails that request or that call; anything else is fatal."""
+        salvaged = None if self._state is Link.HANDSHAKING else salvage(error.payload)
+        if salvaged is None:
+            raise error
+        kind, message_id = salvaged
+        text = f"invalid code-mode request: {error.problem}"
+        if kind == "operation/request":
+            if message_id in self._active or message_id in self._finished:
+                raise RemoteProtocolError(f"duplicate code-mode request ID {message_id}")
+            self._finished.add(message_id)
+            self._send_response(message_id, _invalid(text))
+            return
+        route = self._calls.pop(message_id, None)
+        if route is not None:  # unknown and cancelled ids are ignored, as for a valid answer
+            route.calls.discard(message_id)
+            text = f"code-mode delegate response did not decode: {error.problem}"
+            self._events.append(DelegateAnswered(call_id=message_id, result=_invalid(text)))
+
     def _handshake(self, message: ClientMessage) -> None:
         if not isinstance(message, Hello):
             self._reject(InvalidHello(message="first message must be connection/hello"))
@@ -307,7 +336,7 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
             if capability not in offered:
                 self._reject(MissingRequiredCapability(capability=capability))
                 return
-        self._handshaking = False
+        self._move(LinkTrigger.READY)
         self.capabilities = offered
         self._queue(
             Ready(
@@ -333,7 +362,7 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
 
     def _reject(self, reason: RejectReason) -> None:
         self._queue(Rejected(reason=reason))
-        self._closed = True
+        self._move(LinkTrigger.REFUSED)
         self._events.append(HandshakeRejected(reason=reason))
 
     def _on_request(self, request_id: int, request: HostRequest) -> None:
@@ -348,9 +377,10 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
             self._send_response(request_id, problem)
             return
         if isinstance(request, OpenSession):
-            self._sessions[request.session_id] = _SessionState.OPENING
+            self._sessions[request.session_id] = SessionState.OPENING
         elif isinstance(request, ShutdownSession):
-            self._sessions[request.session_id] = _SessionState.CLOSING
+            state = self._sessions[request.session_id]
+            self._sessions[request.session_id] = SESSION.move(state, SessionTrigger.SHUTDOWN)
         self._events.append(RequestReceived(request_id=request_id, request=request))
 
     def _refusal(self, request: HostRequest) -> Err | None:
@@ -383,9 +413,9 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
                 f"code-mode pending frontier requests need the `{PENDING_FRONTIER_CAPABILITY}`"
                 " capability"
             )
-        if state is _SessionState.OPEN:
+        if state is SessionState.OPEN:
             return None
-        if state is _SessionState.CLOSING:
+        if state is SessionState.CLOSING:
             return _err(ErrorKind.SHUTTING_DOWN, "code mode session is shutting down")
         return _invalid(f"unknown code-mode session {session_id}")
 
@@ -432,7 +462,9 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
             self._send_response(held, Ok(value=SessionClosed(session_id=route.session_id)))
 
     def _forget_session(self, session_id: str) -> None:
-        self._sessions.pop(session_id, None)
+        state = self._sessions.pop(session_id, None)
+        if state is not None:
+            SESSION.move(state, SessionTrigger.CLOSED)
         self._routes_of.pop(session_id, None)
         self._closed_sessions.add(session_id)
 

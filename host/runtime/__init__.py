@@ -13,6 +13,7 @@ from ._observer import ObservationCancelledError as ObservationCancelledError
 from ._observer import Preemption as Preemption
 from ._observer import observation_window_ms as observation_window_ms
 from ._phases import ACTIVE as ACTIVE
+from ._phases import INITIAL as INITIAL
 from ._phases import LIFECYCLE as LIFECYCLE
 from ._phases import OBSERVATION as OBSERVATION
 from ._session import RuntimeSession as RuntimeSession
@@ -21,6 +22,7 @@ from ._watch import CellWatch as CellWatch
 __all__ = [
     "ACTIVE",
     "CLEANUP_GRACE",
+    "INITIAL",
     "LIFECYCLE",
     "OBSERVATION",
     "Admission",

@@ -44,7 +44,7 @@ import trio
 from codemode import CellLimits, ContentItem, InputText, Pending, RuntimeResponse
 from codemode.errors import CodeModeError
 
-from ._phases import Initial
+from ._phases import INITIAL, Initial, InitialTrigger
 
 ITEM_OVERHEAD = 64
 """Bytes counted per item beside its text or URL: its framing in a msgpack response."""
@@ -144,7 +144,7 @@ class InitialObservation:
             raise CodeModeError(
                 f"the initial response of exec cell {cell_id} was already taken or released"
             )
-        self.state = Initial.AWAITED
+        self.state = INITIAL.move(self.state, InitialTrigger.TAKE)
         return self.observer
 
     def start_when_woken(self, start: Callable[[], None]) -> None:
@@ -176,7 +176,7 @@ class InitialObservation:
         return response
 
     def done(self) -> None:
-        self.state = Initial.DONE
+        self.state = INITIAL.move(self.state, InitialTrigger.ANSWER)
         self.observer = None
 
     def cancel(self) -> None:
@@ -190,7 +190,8 @@ class InitialObservation:
         if self.state is not Initial.PENDING:
             return None
         observer = self.observer
-        self.done()
+        self.state = INITIAL.move(self.state, InitialTrigger.RELEASE)
+        self.observer = None
         return observer
 
 

@@ -1,6 +1,6 @@
 """The cell state tables of the runtime (h11 `_state.py`; design.md, style 4).
 
-A cell has two independent parts of state, each a table applied by `StateTable.move`:
+A cell has three independent parts of state, each a table applied by `StateTable.move`:
 
 *Lifecycle* (`LIFECYCLE`): where the cell's JavaScript and its completion stand.
 
@@ -23,6 +23,9 @@ A cell has two independent parts of state, each a table applied by `StateTable.m
   ended, or `yield_control()` ran); delegate calls the cell makes while an observer is YIELDING
   are started once it answered, so the observer's response leaves before them (the order the
   reference's hosts keep on the wire, design.md, host 2.5).
+
+*Initial observation* (`INITIAL`): the observation `execute` attached, which belongs to the
+`StartedCell`: PENDING until it is taken (AWAITED) or answered at once or released (DONE).
 """
 
 from __future__ import annotations
@@ -121,3 +124,22 @@ class Initial(enum.Enum):
     PENDING = "pending"
     AWAITED = "awaited"
     DONE = "done"
+
+
+class InitialTrigger(enum.Enum):
+    TAKE = "take"
+    ANSWER = "answer"
+    RELEASE = "release"
+
+
+INITIAL: StateTable[Initial, InitialTrigger] = StateTable(
+    "runtime initial observation",
+    {
+        Initial.PENDING: {
+            InitialTrigger.TAKE: Initial.AWAITED,
+            InitialTrigger.ANSWER: Initial.DONE,  # answered at once, without a task
+            InitialTrigger.RELEASE: Initial.DONE,
+        },
+        Initial.AWAITED: {InitialTrigger.ANSWER: Initial.DONE},
+    },
+)

@@ -1,0 +1,143 @@
+"""Checks of the application's requests that msgspec does not make at construction.
+
+A `msgspec.Struct` checks its field types only when it is decoded, never when the application
+builds one: `ToolDefinition(name=ToolName.plain("x"), ...)` constructs fine and used to fail
+only on the host, as an undecodable frame. Every provider's session calls these checks first,
+so a wrong request raises `InvalidRequestError` naming the field, the same way on every
+provider, before anything is sent or started (docs/protocol.md, "Requests are checked twice").
+
+What is checked: the type of every typed field, nested structs included; that every string is
+well-formed Unicode (a lone surrogate has no UTF-8 form: the wire cannot carry it, the engine
+cannot read it); that a schema is None, a boolean or a JSON object that encodes as JSON. The
+numbers' bounds are the structs' own `__post_init__` checks, which run at construction.
+
+Plain `type(...) is` tests on the hot path: a cell's request is checked once per execute, a few
+dozen instructions per tool. A schema is encoded once per schema object: an application hands
+the same definitions to every execute, so the next check finds it in `_checked_schemas`.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+import msgspec
+
+from ._api import ExecuteRequest, ToolDefinition, ToolKind, ToolName, WaitRequest
+from .errors import InvalidRequestError
+
+
+def check_execute(request: object) -> None:
+    """`request` is an `ExecuteRequest` whose every field has its declared type.
+
+    Raises:
+        InvalidRequestError: `invalid code-mode execute request: <field> ...`.
+    """
+    if type(request) is not ExecuteRequest:
+        _wrong("execute request", "request", "an ExecuteRequest", request)
+    _text("execute request", "tool_call_id", request.tool_call_id)
+    _text("execute request", "source", request.source)
+    tools = request.enabled_tools
+    if type(tools) is not list:
+        _wrong("execute request", "enabled_tools", "a list of ToolDefinition", tools)
+    for index, tool in enumerate(tools):
+        _check_tool(f"enabled_tools[{index}]", tool)
+    _optional_int("execute request", "yield_time_ms", request.yield_time_ms)
+    _optional_int("execute request", "max_output_tokens", request.max_output_tokens)
+
+
+def check_wait(request: object) -> None:
+    """`request` is a `WaitRequest` with a well-formed cell id and an integer window.
+
+    Raises:
+        InvalidRequestError: `invalid code-mode wait request: <field> ...`.
+    """
+    if type(request) is not WaitRequest:
+        _wrong("wait request", "request", "a WaitRequest", request)
+    _text("wait request", "cell_id", request.cell_id)
+    if type(request.yield_time_ms) is not int:
+        _wrong("wait request", "yield_time_ms", "an int", request.yield_time_ms)
+
+
+def check_cell_id(cell_id: object) -> None:
+    """`cell_id` (of `terminate`, `wait_to_pending`, `preempt`) is a well-formed string.
+
+    Raises:
+        InvalidRequestError: `invalid code-mode cell id: ...`.
+    """
+    if type(cell_id) is not str:
+        raise InvalidRequestError(
+            f"invalid code-mode cell id: expected a str, got {_name(cell_id)}"
+        )
+    _text("request", "cell_id", cell_id)
+
+
+def _check_tool(field: str, tool: object) -> None:
+    what = "execute request"
+    if type(tool) is not ToolDefinition:
+        _wrong(what, field, "a ToolDefinition", tool)
+    _text(what, f"{field}.name", tool.name)
+    tool_name = tool.tool_name
+    if type(tool_name) is not ToolName:
+        _wrong(what, f"{field}.tool_name", "a ToolName", tool_name)
+    _text(what, f"{field}.tool_name.name", tool_name.name)
+    if tool_name.namespace is not None:
+        _text(what, f"{field}.tool_name.namespace", tool_name.namespace)
+    _text(what, f"{field}.description", tool.description)
+    if not isinstance(tool.kind, str) or tool.kind not in _KINDS:
+        _wrong(what, f"{field}.kind", "a ToolKind", tool.kind)
+    _check_schema(f"{field}.input_schema", tool.input_schema)
+    _check_schema(f"{field}.output_schema", tool.output_schema)
+
+
+_KINDS = frozenset(kind.value for kind in ToolKind)
+_CHECKED_SCHEMAS_MAX = 1024
+_checked_schemas: dict[int, object] = {}
+"""Schemas that encoded as JSON, by `id()`; the value keeps the object alive, so an id is never
+reused by another object while it is here."""
+
+
+def _check_schema(field: str, schema: object) -> None:
+    if schema is None or type(schema) is bool:
+        return
+    if type(schema) is not dict:
+        _wrong("execute request", field, "a JSON object, a boolean or None", schema)
+    if _checked_schemas.get(id(schema)) is schema:
+        return
+    try:
+        msgspec.json.encode(schema)
+    except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as error:
+        raise InvalidRequestError(
+            f"invalid code-mode execute request: {field} is not JSON: {error}"
+        ) from None
+    if len(_checked_schemas) >= _CHECKED_SCHEMAS_MAX:
+        _checked_schemas.clear()
+    _checked_schemas[id(schema)] = schema
+
+
+def _text(what: str, field: str, value: object) -> None:
+    if type(value) is not str:
+        _wrong(what, field, "a str", value)
+    if value.isascii():
+        return
+    try:
+        value.encode()
+    except UnicodeEncodeError as error:
+        raise InvalidRequestError(
+            f"invalid code-mode {what}: {field} holds a lone surrogate"
+            f" ({value[error.start]!r} at index {error.start}), which has no UTF-8 form"
+        ) from None
+
+
+def _optional_int(what: str, field: str, value: object) -> None:
+    if value is not None and type(value) is not int:
+        _wrong(what, field, "an int or None", value)
+
+
+def _wrong(what: str, field: str, expected: str, value: object) -> NoReturn:
+    raise InvalidRequestError(
+        f"invalid code-mode {what}: {field} must be {expected}, got {_name(value)}"
+    )
+
+
+def _name(value: object) -> str:
+    return type(value).__name__

@@ -1,0 +1,94 @@
+"""The state tables of a connection and of the sessions it carries, on both ends.
+
+A connection is HANDSHAKING until `connection/ready` (or a refusal), then OPEN until it ends:
+CLOSED when the peer ended it or the adapter reports it lost, ERROR when either side broke the
+protocol (`next_event` raised, or `send_failed()`). ERROR is final, as in h11: every later
+operation raises `LocalProtocolError`, so an adapter cannot decode past a broken frame or queue
+bytes nobody will read. The notifications an adapter sends from its clean-up paths (a caller
+went away, the connection is lost) are accepted in every state and do nothing once it is not
+open: raising there would replace a cancellation with a protocol error.
+
+A session id is OPENING from `session/open` to its answer, OPEN until `session/shutdown`,
+CLOSING until that answer, then CLOSED (forgotten, but for the recent ids the host remembers).
+"""
+
+from __future__ import annotations
+
+import enum
+
+from ._errors import LocalProtocolError
+from ._statetable import StateTable
+
+
+class Link(enum.Enum):
+    HANDSHAKING = "handshaking"
+    OPEN = "open"
+    CLOSED = "closed"
+    ERROR = "error"
+
+
+class LinkTrigger(enum.Enum):
+    READY = "handshake completed"
+    REFUSED = "handshake refused"
+    ENDED = "ended"
+    PROTOCOL_ERROR = "protocol error"
+    SEND_FAILED = "send failed"
+
+
+CONNECTION: StateTable[Link, LinkTrigger] = StateTable(
+    "wire connection",
+    {
+        Link.HANDSHAKING: {
+            LinkTrigger.READY: Link.OPEN,
+            LinkTrigger.REFUSED: Link.CLOSED,
+            LinkTrigger.ENDED: Link.CLOSED,
+            LinkTrigger.PROTOCOL_ERROR: Link.ERROR,
+            LinkTrigger.SEND_FAILED: Link.ERROR,
+        },
+        Link.OPEN: {
+            LinkTrigger.ENDED: Link.CLOSED,
+            LinkTrigger.PROTOCOL_ERROR: Link.ERROR,
+            LinkTrigger.SEND_FAILED: Link.ERROR,
+        },
+        Link.CLOSED: {
+            LinkTrigger.ENDED: Link.CLOSED,
+            LinkTrigger.SEND_FAILED: Link.CLOSED,
+        },
+        Link.ERROR: {
+            LinkTrigger.ENDED: Link.ERROR,
+            LinkTrigger.PROTOCOL_ERROR: Link.ERROR,
+            LinkTrigger.SEND_FAILED: Link.ERROR,
+        },
+    },
+    error=LocalProtocolError,
+)
+
+
+class SessionState(enum.Enum):
+    OPENING = "opening"
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class SessionTrigger(enum.Enum):
+    READY = "session ready"
+    REFUSED = "open refused"
+    SHUTDOWN = "shutdown"
+    CLOSED = "session closed"
+
+
+SESSION: StateTable[SessionState, SessionTrigger] = StateTable(
+    "wire session",
+    {
+        SessionState.OPENING: {
+            SessionTrigger.READY: SessionState.OPEN,
+            SessionTrigger.REFUSED: SessionState.CLOSED,
+        },
+        SessionState.OPEN: {
+            SessionTrigger.SHUTDOWN: SessionState.CLOSING,
+        },
+        SessionState.CLOSING: {SessionTrigger.CLOSED: SessionState.CLOSED},
+    },
+    error=LocalProtocolError,
+)
