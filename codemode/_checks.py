@@ -12,8 +12,9 @@ cannot read it); that a schema is None, a boolean or a JSON object that encodes 
 numbers' bounds are the structs' own `__post_init__` checks, which run at construction.
 
 Plain `type(...) is` tests on the hot path: a cell's request is checked once per execute, a few
-dozen instructions per tool. A schema is encoded once per schema object: an application hands
-the same definitions to every execute, so the next check finds it in `_checked_schemas`.
+dozen instructions per tool on first sight. A definition is checked once per object (its
+schemas encoded as JSON then): an application hands the same definitions to every execute, so
+the next check finds it in `_checked_tools`.
 """
 
 from __future__ import annotations
@@ -34,15 +35,23 @@ def check_execute(request: object) -> None:
     """
     if type(request) is not ExecuteRequest:
         _wrong("execute request", "request", "an ExecuteRequest", request)
-    _text("execute request", "tool_call_id", request.tool_call_id)
-    _text("execute request", "source", request.source)
+    tool_call_id = request.tool_call_id
+    source = request.source
+    if not (
+        type(tool_call_id) is str
+        and tool_call_id.isascii()
+        and type(source) is str
+        and source.isascii()
+    ):
+        _text("execute request", "tool_call_id", tool_call_id)
+        _text("execute request", "source", source)
     tools = request.enabled_tools
     if type(tools) is not list:
         _wrong("execute request", "enabled_tools", "a list of ToolDefinition", tools)
     for index, tool in enumerate(tools):
-        _check_tool(f"enabled_tools[{index}]", tool)
-    _optional_int("execute request", "yield_time_ms", request.yield_time_ms)
-    _optional_int("execute request", "max_output_tokens", request.max_output_tokens)
+        if _checked_tools.get(id(tool)) is not tool:
+            _check_tool(f"enabled_tools[{index}]", tool)
+    # The numbers' types and bounds: `ExecuteRequest.__post_init__`, at construction.
 
 
 def check_wait(request: object) -> None:
@@ -72,6 +81,8 @@ def check_cell_id(cell_id: object) -> None:
 
 
 def _check_tool(field: str, tool: object) -> None:
+    """Check a definition not seen before; remember it (a frozen struct cannot change, but
+    for the contents of its schemas, which the process client's encoder checks again)."""
     what = "execute request"
     if type(tool) is not ToolDefinition:
         _wrong(what, field, "a ToolDefinition", tool)
@@ -87,13 +98,17 @@ def _check_tool(field: str, tool: object) -> None:
         _wrong(what, f"{field}.kind", "a ToolKind", tool.kind)
     _check_schema(f"{field}.input_schema", tool.input_schema)
     _check_schema(f"{field}.output_schema", tool.output_schema)
+    if len(_checked_tools) >= _CHECKED_TOOLS_MAX:
+        _checked_tools.clear()
+    _checked_tools[id(tool)] = tool
 
 
 _KINDS = frozenset(kind.value for kind in ToolKind)
-_CHECKED_SCHEMAS_MAX = 1024
-_checked_schemas: dict[int, object] = {}
-"""Schemas that encoded as JSON, by `id()`; the value keeps the object alive, so an id is never
-reused by another object while it is here."""
+_CHECKED_TOOLS_MAX = 4096
+_checked_tools: dict[int, object] = {}
+"""Definitions that passed, by `id()`: an application hands the same definitions to every
+execute, so a tool costs one lookup after its first. The value keeps the object alive, so its
+id is never another object's while it is here."""
 
 
 def _check_schema(field: str, schema: object) -> None:
@@ -101,17 +116,12 @@ def _check_schema(field: str, schema: object) -> None:
         return
     if type(schema) is not dict:
         _wrong("execute request", field, "a JSON object, a boolean or None", schema)
-    if _checked_schemas.get(id(schema)) is schema:
-        return
     try:
         msgspec.json.encode(schema)
     except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as error:
         raise InvalidRequestError(
             f"invalid code-mode execute request: {field} is not JSON: {error}"
         ) from None
-    if len(_checked_schemas) >= _CHECKED_SCHEMAS_MAX:
-        _checked_schemas.clear()
-    _checked_schemas[id(schema)] = schema
 
 
 def _text(what: str, field: str, value: object) -> None:
@@ -126,11 +136,6 @@ def _text(what: str, field: str, value: object) -> None:
             f"invalid code-mode {what}: {field} holds a lone surrogate"
             f" ({value[error.start]!r} at index {error.start}), which has no UTF-8 form"
         ) from None
-
-
-def _optional_int(what: str, field: str, value: object) -> None:
-    if value is not None and type(value) is not int:
-        _wrong(what, field, "an int or None", value)
 
 
 def _wrong(what: str, field: str, expected: str, value: object) -> NoReturn:

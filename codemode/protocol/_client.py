@@ -54,8 +54,8 @@ from ._events import (
     HandshakeRejected,
     InitialAnswered,
 )
+from ._handshake import checked_ready, client_hello
 from ._messages import (
-    PROTOCOL_VERSION,
     CellClosed,
     CellList,
     DelegateCancel,
@@ -64,7 +64,6 @@ from ._messages import (
     Execute,
     ExecuteToPending,
     ExecutionStarted,
-    Hello,
     HostMessage,
     HostRequest,
     HostResponse,
@@ -87,7 +86,7 @@ from ._messages import (
 )
 from ._operations import Kind, PendingOperation
 from ._reverse import DelegateResult, ReverseCalls
-from ._states import SESSION, Link, LinkTrigger, SessionState, SessionTrigger
+from ._states import Link, LinkTrigger, SessionBook, SessionState, SessionTrigger
 
 ClientEvent = (
     HandshakeCompleted
@@ -127,22 +126,12 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         """The limits the host advertised in `connection/ready` (None: it did not)."""
         self._next_id = 1
         self._pending: dict[int, PendingOperation] = {}
-        self._sessions: dict[str, SessionState] = {}
+        self._sessions = SessionBook()
         self._cells = CellBook(self._events, self._queue)  # type: ignore[arg-type]
         self._calls = ReverseCalls(self._events, self._queue, self._cells)  # type: ignore[arg-type]
-        self._offered = {
-            *required_capabilities,
-            *optional_capabilities,
-        }
-        self._queue(
-            Hello(
-                supported_versions=[PROTOCOL_VERSION],
-                required_capabilities=list(required_capabilities),
-                optional_capabilities=list(optional_capabilities),
-                codemode_version=codemode_version,
-                token=token,
-            )
-        )
+        required, optional = tuple(required_capabilities), tuple(optional_capabilities)
+        self._offered = {*required, *optional}
+        self._queue(client_hello(required, optional, codemode_version, token))
 
     # ---- bytes -----------------------------------------------------------------------------
 
@@ -183,7 +172,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         self._check_usable()
         if session_id in self._sessions:
             raise LocalProtocolError(f"code-mode session {session_id} is already open")
-        self._sessions[session_id] = SessionState.OPENING
+        self._sessions.opening(session_id)
         request = OpenSession(
             session_id=session_id, cell_execution_limits=limits, store_load=store_load
         )
@@ -303,7 +292,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
     # ---- incoming --------------------------------------------------------------------------
 
     def _receive(self, message: HostMessage) -> None:
-        if self._state is Link.HANDSHAKING:
+        if self._handshaking:
             self._receive_handshake(message)
             return
         match message:
@@ -325,18 +314,10 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
             self._move(LinkTrigger.REFUSED)
             self._events.append(HandshakeRejected(reason=message.reason))
             return
-        if not isinstance(message, Ready) or message.selected_version != PROTOCOL_VERSION:
-            raise RemoteProtocolError(
-                f"code-mode host returned an invalid handshake response: {message!r}"
-            )
-        unknown = set(message.capabilities) - self._offered
-        if unknown:
-            raise RemoteProtocolError(
-                f"code-mode host selected capabilities the client did not offer: {sorted(unknown)}"
-            )
+        ready = checked_ready(message, self._offered)
         self._move(LinkTrigger.READY)
-        self.capabilities = frozenset(message.capabilities)
-        self.admission = message.admission
+        self.capabilities = frozenset(ready.capabilities)
+        self.admission = ready.admission
         self._events.append(HandshakeCompleted(capabilities=self.capabilities))
 
     def _on_response(self, request_id: int, result: HostResult) -> None:
@@ -364,13 +345,11 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
     def _on_opened(self, request_id: int, pending: PendingOperation, result: HostResult) -> None:
         session_id = pending.session_id
         if isinstance(result, Err):
-            SESSION.move(self._sessions.pop(session_id), SessionTrigger.REFUSED)
+            self._sessions.move(session_id, SessionTrigger.REFUSED)
         elif not isinstance(result.value, SessionReady) or result.value.session_id != session_id:
             raise RemoteProtocolError("code-mode host returned an invalid open-session response")
         else:
-            self._sessions[session_id] = SESSION.move(
-                self._sessions[session_id], SessionTrigger.READY
-            )
+            self._sessions.move(session_id, SessionTrigger.READY)
             if pending.abandoned:
                 # Its caller went away: nobody will ever use or shut down this session.
                 self._shut_down(session_id, internal=True)
@@ -418,9 +397,8 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
             not isinstance(result.value, SessionClosed) or result.value.session_id != session_id
         ):
             raise RemoteProtocolError("code-mode host returned an invalid shutdown response")
-        state = self._sessions.pop(session_id, None)
-        if state is not None:
-            SESSION.move(state, SessionTrigger.CLOSED)
+        if session_id in self._sessions:
+            self._sessions.move(session_id, SessionTrigger.CLOSED)
         self._cells.forget_session(session_id)
         if not pending.internal:
             self._events.append(Answered(request_id=request_id, result=result))
@@ -485,7 +463,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
             msgspec.EncodeError,
         ) as error:
             if kind is Kind.OPEN:
-                self._sessions.pop(pending.session_id, None)
+                self._sessions.forget(pending.session_id)
             if isinstance(error, FrameTooLargeError):
                 raise
             # A value the sessions' checks leave to the encoder (a schema's contents): the
@@ -496,13 +474,14 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
 
     def _shut_down(self, session_id: str, *, internal: bool = False) -> int:
         """Queue `session/shutdown` (a second one goes too: the host answers it)."""
-        state = self._sessions[session_id]
-        if state is SessionState.OPEN:
-            self._sessions[session_id] = SESSION.move(state, SessionTrigger.SHUTDOWN)
+        if self._sessions.get(session_id) is SessionState.OPEN:
+            self._sessions.move(session_id, SessionTrigger.SHUTDOWN)
         request = ShutdownSession(session_id=session_id)
         return self._request(Kind.SHUTDOWN, request, internal=internal)
 
     def _check_usable(self) -> None:
+        if self._open and not self._handshaking:
+            return
         self._check_not_failed()
         if self._state is Link.CLOSED:
             raise LocalProtocolError("the code-mode host connection is closed")

@@ -34,6 +34,12 @@ class Endpoint(Generic[M, E]):
         self._outgoing = bytearray()
         self._events: collections.deque[E | ConnectionEnded] = collections.deque()
         self._state = Link.HANDSHAKING
+        # Derived from `_state` by `_move`, read on every event and operation: an attribute
+        # load where a property or an enum comparison cost a call per cell (instructions.py).
+        self._open = True
+        self._handshaking = True
+        self._closed = False
+        self._failed = False
         self._failure: str | None = None
         self._eof = False
 
@@ -45,11 +51,7 @@ class Endpoint(Generic[M, E]):
     @property
     def is_open(self) -> bool:
         """True from construction until the connection ended, failed or was refused."""
-        return self._state is Link.HANDSHAKING or self._state is Link.OPEN
-
-    @property
-    def _closed(self) -> bool:
-        return self._state is Link.CLOSED or self._state is Link.ERROR
+        return self._open
 
     def send_failed(self) -> None:
         """The adapter could not write what this connection queued: it is broken (ERROR)."""
@@ -71,7 +73,8 @@ class Endpoint(Generic[M, E]):
         Raises:
             LocalProtocolError: the connection failed earlier.
         """
-        self._check_not_failed()
+        if self._failed:
+            self._check_not_failed()
         if data:
             self._decoder.receive_data(data)
         else:
@@ -86,9 +89,26 @@ class Endpoint(Generic[M, E]):
                 connection is in ERROR from now on.
             LocalProtocolError: the connection failed earlier.
         """
-        self._check_not_failed()
-        try:
-            return self._next_event()
+        if self._failed:
+            self._check_not_failed()
+        try:  # one frame at a time, inline: this runs for every event of every cell
+            while not self._events:
+                if self._closed:
+                    return NEED_DATA
+                try:
+                    message = self._decoder.next_message()
+                except FrameDecodeError as error:
+                    self._undecodable(error)
+                    continue
+                if message is NEED_DATA:
+                    if not self._eof:
+                        return NEED_DATA
+                    if self._decoder.buffered:
+                        raise RemoteProtocolError("EOF inside a code-mode IPC frame")
+                    self._move(LinkTrigger.ENDED)
+                    return ConnectionEnded()
+                self._receive(message)
+            return self._events.popleft()
         except RemoteProtocolError as error:
             self._fail(str(error), LinkTrigger.PROTOCOL_ERROR)
             raise
@@ -97,32 +117,17 @@ class Endpoint(Generic[M, E]):
             self._fail(f"{type(error).__name__}: {error}", LinkTrigger.PROTOCOL_ERROR)
             raise
 
-    def _next_event(self) -> E | ConnectionEnded | NeedData:
-        while not self._events:
-            if self._closed:
-                return NEED_DATA
-            try:
-                message = self._decoder.next_message()
-            except FrameDecodeError as error:
-                self._undecodable(error)
-                continue
-            if message is NEED_DATA:
-                if not self._eof:
-                    return NEED_DATA
-                if self._decoder.buffered:
-                    raise RemoteProtocolError("EOF inside a code-mode IPC frame")
-                self._move(LinkTrigger.ENDED)
-                return ConnectionEnded()
-            self._receive(message)
-        return self._events.popleft()
-
     def _undecodable(self, error: FrameDecodeError) -> None:
         """A whole frame whose payload is not a valid message: fatal unless a subclass can
         answer it (the host, after the handshake)."""
         raise error
 
     def _move(self, trigger: LinkTrigger) -> None:
-        self._state = CONNECTION.move(self._state, trigger)
+        state = self._state = CONNECTION.move(self._state, trigger)
+        self._handshaking = state is Link.HANDSHAKING
+        self._open = self._handshaking or state is Link.OPEN
+        self._failed = state is Link.ERROR
+        self._closed = not self._open
 
     def _fail(self, reason: str, trigger: LinkTrigger) -> None:
         if self._failure is None:
@@ -130,7 +135,7 @@ class Endpoint(Generic[M, E]):
         self._move(trigger)
 
     def _check_not_failed(self) -> None:
-        if self._state is Link.ERROR:
+        if self._failed:
             raise LocalProtocolError(
                 f"the code-mode connection is unusable after an error: {self._failure}"
             )

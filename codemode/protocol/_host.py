@@ -184,7 +184,8 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
         An `ExecutionStarted` keeps the request active until `respond_initial`. A
         `SessionClosed` is held back until every cell of the session is closed.
         """
-        self._check_not_failed()
+        if self._failed:
+            self._check_not_failed()
         request = self._active.get(request_id)
         if request is None:
             raise LocalProtocolError(f"code-mode request {request_id} is not active")
@@ -212,7 +213,8 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
     def respond_initial(self, request_id: int, result: Ok[RuntimeResponse | Pending] | Err) -> None:
         """Queue the initial response of the cell started by execute `request_id`, then its
         `cell/closed` if the cell already closed."""
-        self._check_not_failed()
+        if self._failed:
+            self._check_not_failed()
         route = next((r for r in self._routes_of_request(request_id)), None)
         if route is None or route.initial_sent:
             raise LocalProtocolError(f"code-mode execute {request_id} has no initial response due")
@@ -228,7 +230,8 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
 
     def cell_closed(self, session_id: str, cell_id: str) -> None:
         """The runtime closed the cell: queue `cell/closed` (after its initial response)."""
-        self._check_not_failed()
+        if self._failed:
+            self._check_not_failed()
         route = self._routes.get((session_id, cell_id))
         if route is None or route.closed:
             raise LocalProtocolError(f"code-mode cell {cell_id} of {session_id} is not open")
@@ -250,7 +253,8 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
             FrameTooLargeError: the call does not fit in a frame (fail this call only).
             LocalProtocolError: the cell is closed or unknown.
         """
-        self._check_not_failed()
+        if self._failed:
+            self._check_not_failed()
         route = self._routes.get((session_id, cell_id))
         if route is None or route.closed or self._closed:
             raise LocalProtocolError("code-mode cell is closed")
@@ -273,7 +277,7 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
     # ---- incoming --------------------------------------------------------------------------
 
     def _receive(self, message: ClientMessage) -> None:
-        if self._state is Link.HANDSHAKING:
+        if self._handshaking:
             self._handshake(message)
             return
         match message:

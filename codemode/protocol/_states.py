@@ -92,3 +92,40 @@ SESSION: StateTable[SessionState, SessionTrigger] = StateTable(
     },
     error=LocalProtocolError,
 )
+
+
+class SessionBook:
+    """The session ids a connection knows and where each stands (`SESSION`): forgotten once
+    closed or refused."""
+
+    __slots__ = ("_states",)
+
+    def __init__(self) -> None:
+        self._states: dict[str, SessionState] = {}
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def __contains__(self, session_id: str) -> bool:
+        return session_id in self._states
+
+    def get(self, session_id: str) -> SessionState | None:
+        return self._states.get(session_id)
+
+    def opening(self, session_id: str) -> None:
+        self._states[session_id] = SessionState.OPENING
+
+    def move(self, session_id: str, trigger: SessionTrigger) -> None:
+        """Apply `trigger`; a session that reaches CLOSED is forgotten."""
+        state = SESSION.move(self._states[session_id], trigger)
+        if state is SessionState.CLOSED:
+            del self._states[session_id]
+        else:
+            self._states[session_id] = state
+
+    def forget(self, session_id: str) -> None:
+        """Drop an id that never reached the peer (its open could not be queued)."""
+        self._states.pop(session_id, None)
+
+    def clear(self) -> None:
+        self._states.clear()
