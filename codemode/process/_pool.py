@@ -28,8 +28,8 @@ from collections.abc import Callable, Hashable
 import msgspec
 import trio
 
+from .._wire import HostLink
 from ..errors import ProviderClosedError
-from ._connection import HostLink
 
 
 class HostLoad(msgspec.Struct, frozen=True, kw_only=True):

@@ -26,19 +26,16 @@ import itertools
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from functools import partial
 
 import trio
 
 from .._api import CellLimits, ToolThreadLimits, ToolThreadStatistics
 from .._tool_threads import ToolThreads, use_tool_threads
 from .._trio import CLEANUP_GRACE, CallWorkers, open_detached_nursery, open_service_nursery
+from .._wire import CLOSE_TIMEOUT, HANDSHAKE_TIMEOUT, LINK_WORKERS, HostLink, ProcessSession
 from ..errors import InvalidRequestError, ProviderClosedError, check_platform
-from ._connection import CLOSE_TIMEOUT, HANDSHAKE_TIMEOUT, HostLink
-from ._delegates import LINK_WORKERS
-from ._host_process import default_host_command
+from ._host_process import SpawnedHost, default_host_command
 from ._pool import HostPool, ProviderStatistics
-from ._session import ProcessSession
 
 SHUTDOWN_TIMEOUT = 5.0
 IDLE_HOST_TIMEOUT = 30.0
@@ -67,7 +64,7 @@ class ProcessProvider:
         workers = CallWorkers(calls, keep=LINK_WORKERS)  # rule 4
         use_tool_threads(workers.context, self._tool_threads)
         self._pool = HostPool(
-            partial(HostLink, command, handshake_timeout, workers=workers),
+            lambda: HostLink(SpawnedHost(command), handshake_timeout, workers=workers),
             hosts,
             idle_host_timeout,
             nursery,

@@ -38,11 +38,10 @@ import ray
 import trio
 
 from .._api import CellLimits
+from .._wire import CONNECT_TIMEOUT, HANDSHAKE_TIMEOUT
 from ..errors import HostLostError
-from ..process._connection import HANDSHAKE_TIMEOUT
 from ..process._provider import SHUTDOWN_TIMEOUT
 from ..remote import RemoteProvider, RemoteSession, open_remote_provider
-from ..remote._transport import CONNECT_TIMEOUT
 from ._actor import STOP_GRACE, HostActor
 
 logger = logging.getLogger("codemode.ray")

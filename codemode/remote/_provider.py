@@ -36,13 +36,18 @@ from .._api import CellLimits, ToolThreadLimits, ToolThreadStatistics
 from .._tool_threads import ToolThreads, use_tool_threads
 from .._trio import CLEANUP_GRACE, CallWorkers, open_detached_nursery, open_service_nursery
 from .._trio._sockets import HostAddress, parse_address
+from .._wire import (
+    CLOSE_TIMEOUT,
+    CONNECT_TIMEOUT,
+    HANDSHAKE_TIMEOUT,
+    LINK_WORKERS,
+    HostLink,
+    ProcessSession,
+)
 from ..errors import HostLostError, ProviderClosedError, check_platform
-from ..process._connection import CLOSE_TIMEOUT, HANDSHAKE_TIMEOUT, HostLink
-from ..process._delegates import LINK_WORKERS
 from ..process._provider import SHUTDOWN_TIMEOUT
-from ..process._session import ProcessSession
 from ._session import RemoteSession
-from ._transport import CONNECT_TIMEOUT, SocketHost
+from ._transport import SocketHost
 
 logger = logging.getLogger("codemode.remote")
 

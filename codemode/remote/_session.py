@@ -19,9 +19,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._api import CellLimits
+from .._wire import HostLink, ProcessSession
+from .._wire._session import _Binding
 from ..errors import AdmissionError, HostLostError, RuntimeReplacedError
-from ..process._connection import HostLink
-from ..process._session import ProcessSession, _Binding
 
 if TYPE_CHECKING:
     from ._provider import RemoteProvider

@@ -72,7 +72,7 @@ from ..protocol import (
     SessionReady,
     WaitCompleted,
 )
-from ._connection import HostLink
+from ._link import HostLink
 
 logger = logging.getLogger("codemode.process")
 
