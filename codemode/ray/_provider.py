@@ -37,11 +37,11 @@ from typing import Any
 import ray
 import trio
 
-from .._api import CellLimits
-from .._wire import CONNECT_TIMEOUT, HANDSHAKE_TIMEOUT
+from .._api import CellLimits, Session, ToolThreadStatistics
+from .._providers import ProviderStatistics
+from .._wire import CONNECT_TIMEOUT, HANDSHAKE_TIMEOUT, SHUTDOWN_TIMEOUT
 from ..errors import HostLostError
-from ..process._provider import SHUTDOWN_TIMEOUT
-from ..remote import RemoteProvider, RemoteSession, open_remote_provider
+from ..remote import RemoteProvider, open_remote_provider
 from ._actor import STOP_GRACE, HostActor
 
 logger = logging.getLogger("codemode.ray")
@@ -74,9 +74,18 @@ class RayProvider:
         """The live sessions of this provider on each host, by current address."""
         return self._remote.placement()
 
+    def statistics(self) -> ProviderStatistics:
+        """The hosts (for each: its current address, its sessions and its cells, in the
+        actors' order), the sessions, cells and tool threads (`RemoteProvider`)."""
+        return self._remote.statistics()
+
+    def tool_thread_statistics(self) -> ToolThreadStatistics:
+        """What the threads of the sessions' sync tools hold now (`docs/limits.md`)."""
+        return self._remote.tool_thread_statistics()
+
     async def create_session(
         self, limits: CellLimits | None = None, *, store_load: bool = True
-    ) -> RemoteSession:
+    ) -> Session:
         """A new session on the least-loaded host that takes it (`RemoteProvider`)."""
         return await self._remote.create_session(limits, store_load=store_load)
 
