@@ -64,6 +64,8 @@ async def test_every_provider_is_a_provider_with_the_same_statistics(kind: str) 
         async with open_provider(kind) as (provider, address):
             assert isinstance(provider, Provider)
             sessions = [await provider.create_session() for _ in range(2)]
+            if kind != "in-process":  # one session class, whatever placed it
+                assert all(type(session) is WireSession for session in sessions)
             started = await execute(sessions[0], delegate, "await new Promise(() => {})",
                                     yield_time_ms=0)  # fmt: skip
             assert isinstance(await started.initial_response(), Yielded)

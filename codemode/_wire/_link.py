@@ -65,6 +65,7 @@ from ..protocol import (
 from ._delegates import ClientCell, ClientCells
 from ._transport import DRAIN_TIMEOUT, HostTransport
 
+# The process provider's logger, where the links have always logged (the remote provider's too).
 logger = logging.getLogger("codemode.process")
 
 HANDSHAKE_TIMEOUT = 10.0

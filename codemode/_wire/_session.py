@@ -33,7 +33,6 @@ Rules:
 from __future__ import annotations
 
 import collections
-import logging
 import math
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -86,8 +85,6 @@ from ..protocol import (
     WaitCompleted,
 )
 from ._link import HostLink
-
-logger = logging.getLogger("codemode.process")
 
 UNCANCELLABLE_TIMEOUT = 60.0
 """Bound on terminate and a session's shutdown, which callers cannot cancel (design.md,

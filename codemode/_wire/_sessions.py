@@ -7,8 +7,8 @@ creation, statistics and close to it.
 Rules:
 1. A session is opened on a host before `create` returns it; one that could not be opened is
    forgotten at once.
-2. The provider forgets a session once it is shut down (rule 3 of `_session.py`): nothing is
-   retained per closed session, by the book or by the strategy.
+2. The provider forgets a session once its shutdown ended (`forget`): nothing is retained per
+   closed session, by the book or by the strategy.
 3. Session ids are the provider's, never reused on any of its hosts (a re-opened session gets a
    new one).
 4. Closing: placement refuses at once (`ProviderClosedError`), every session is shut down
