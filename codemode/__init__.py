@@ -40,6 +40,9 @@ from ._api import WaitRequest as WaitRequest
 from ._api import Yielded as Yielded
 from ._api import missing_cell as missing_cell
 from ._identifiers import normalize_identifier as normalize_identifier
+from ._providers import HostLoad as HostLoad
+from ._providers import Provider as Provider
+from ._providers import ProviderStatistics as ProviderStatistics
 from .errors import AdmissionError as AdmissionError
 from .errors import AlreadyTerminatingError as AlreadyTerminatingError
 from .errors import CodeModeError as CodeModeError
@@ -75,6 +78,7 @@ __all__ = [
     "ExecSource",
     "ExecuteRequest",
     "FrameLimitError",
+    "HostLoad",
     "HostLostError",
     "ImageDetail",
     "InputImage",
@@ -88,7 +92,9 @@ __all__ = [
     "ObserverBusyError",
     "Pending",
     "PragmaError",
+    "Provider",
     "ProviderClosedError",
+    "ProviderStatistics",
     "RuntimeEndedError",
     "RuntimeReplacedError",
     "RuntimeResponse",

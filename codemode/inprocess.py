@@ -45,6 +45,8 @@ from ._api import (
     WaitRequest,
 )
 from ._checks import check_cell_id, check_execute, check_wait
+from ._closing import close_provider
+from ._providers import ProviderStatistics
 from ._tool_threads import ToolThreads, use_tool_threads
 from ._trio import (
     CLEANUP_GRACE,
@@ -189,6 +191,10 @@ class InProcessSession:
         finally:
             self._provider._forget(self)
 
+    def _cell_count(self) -> int:
+        """Its cells admitted and not yet closed (the provider's `statistics()`)."""
+        return len(self._runtime.inventory())
+
 
 class InProcessProvider:
     """Creates sessions that run in this process. Made by `open_in_process_provider()`."""
@@ -238,6 +244,17 @@ class InProcessProvider:
         self._sessions.add(session)
         return session
 
+    def statistics(self) -> ProviderStatistics:
+        """Its sessions, their cells and its tool threads (no hosts: the cells run here)."""
+        return ProviderStatistics(
+            hosts=(),
+            spawned=0,
+            retired=0,
+            sessions=len(self._sessions),
+            cells=sum(session._cell_count() for session in self._sessions),
+            tool_threads=self._tool_threads.statistics(),
+        )
+
     def tool_thread_statistics(self) -> ToolThreadStatistics:
         """What the threads of the sessions' sync tools hold now (`docs/limits.md`)."""
         return self._tool_threads.statistics()
@@ -246,17 +263,14 @@ class InProcessProvider:
         self._sessions.discard(session)
 
     async def _close(self) -> None:
+        """Shut every session down, for at most SHUTDOWN_TIMEOUT (`_closing.py`)."""
         self.closed = True
-        async with trio.open_nursery() as nursery:
-            for session in list(self._sessions):
-                nursery.start_soon(_shut_down_quietly, session)
-
-
-async def _shut_down_quietly(session: InProcessSession) -> None:
-    try:
-        await session.shutdown()
-    except Exception:  # the provider closes whatever one session says; the session knows
-        logger.exception("shutting a code-mode session down failed")
+        await close_provider(
+            self._sessions,
+            shutdown_timeout=SHUTDOWN_TIMEOUT,
+            bound=SHUTDOWN_TIMEOUT,
+            logger=logger,
+        )
 
 
 @asynccontextmanager
@@ -292,6 +306,5 @@ async def open_in_process_provider(
         try:
             yield provider
         finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(SHUTDOWN_TIMEOUT):
-                await provider._close()
+            await provider._close()
             nursery.cancel_scope.cancel()

@@ -136,6 +136,47 @@ def test_the_host_imports_only_the_front_door_the_protocol_and_the_trio_helpers(
             }, path
 
 
+WIRE_MAY_IMPORT = (
+    "codemode._api",
+    "codemode._checks",
+    "codemode.errors",
+    "codemode.protocol",
+    "codemode._trio",
+    "codemode._text",
+    "codemode._tool_threads",
+    "codemode._providers",
+    "codemode._closing",
+)
+PROVIDER_PACKAGES = ("codemode.process", "codemode.remote", "codemode.ray")
+
+
+def _within(name: str, prefixes: tuple[str, ...]) -> str | None:
+    """The prefix of `prefixes` that `name` is or lies under, if any."""
+    return next((p for p in prefixes if name == p or name.startswith(p + ".")), None)
+
+
+def test_the_wire_knows_no_provider() -> None:
+    for path, _, names in _modules("codemode/_wire", "codemode._wire"):
+        for name in _ours(names, "codemode") - _ours(names, "codemode._wire"):
+            assert _within(name, WIRE_MAY_IMPORT), (path, name)
+        assert not _ours(names, "codemode_host"), path
+
+
+def test_the_providers_share_the_wire_not_each_others_private_names() -> None:
+    # The remote provider once subclassed the process provider's session through its private
+    # members; what they share is `codemode._wire`, and each names the other by its front door.
+    for path, owner, names in _modules("codemode", "codemode"):
+        package = _within(owner, PROVIDER_PACKAGES)
+        if package is None:
+            continue
+        for name in _ours(names, "codemode"):
+            other = _within(name, tuple(p for p in PROVIDER_PACKAGES if p != package))
+            if other is None:
+                continue
+            inside = name[len(other) :].split(".")[1:]
+            assert not any(part.startswith("_") for part in inside), (path, name)
+
+
 @pytest.mark.parametrize(
     "table",
     [LIFECYCLE, OBSERVATION, INITIAL, CLIENT_OBSERVATION, CONNECTION, SESSION],

@@ -101,6 +101,7 @@ NOT_LOADED_AT_START = (
     "codemode.cli",
     "codemode.process",
     "codemode.remote",
+    "codemode._wire",
     "codemode.inprocess",
     "codemode._toolbox",
     "importlib.metadata",

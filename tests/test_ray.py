@@ -13,6 +13,7 @@ import signal
 import sys
 import tempfile
 from collections.abc import Iterator
+from contextlib import AsyncExitStack
 from functools import partial
 from typing import Any
 
@@ -28,7 +29,7 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
 import ray
 
-from codemode import HostLostError, RuntimeReplacedError
+from codemode import HostLostError, Provider, ProviderStatistics, RuntimeReplacedError
 from codemode.ray import open_ray_provider
 from tests.delegates import RecordingDelegate
 from tests.helpers import wait_exited
@@ -178,6 +179,55 @@ async def test_a_host_that_refuses_to_listen_fails_the_start() -> None:
             pass  # pragma: no cover
     assert "a code-mode host actor did not start" in str(caught.value)
     assert "refusing to listen on tcp://192.0.2.254:0 without a token" in str(caught.value)
+
+
+async def test_the_host_count_is_hosts_and_num_hosts_its_deprecated_alias() -> None:
+    # Checked before Ray is asked anything: no cluster needed.
+    with pytest.raises(TypeError, match="hosts or num_hosts, not both"):
+        async with open_ray_provider(1, num_hosts=1):
+            pass  # pragma: no cover
+    with pytest.raises(TypeError, match="needs hosts"):
+        async with open_ray_provider():
+            pass  # pragma: no cover
+    with (
+        pytest.warns(DeprecationWarning, match=r"num_hosts=\.\.\.\) is deprecated") as warned,
+        pytest.raises(ValueError, match="at least one host"),
+    ):
+        async with open_ray_provider(num_hosts=0):
+            pass  # pragma: no cover
+    assert [warning.filename for warning in warned] == [__file__]  # the caller's line
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_cluster")
+async def test_a_ray_provider_is_a_provider_with_the_same_statistics() -> None:
+    with trio.fail_after(120):
+        async with open_ray_provider(hosts=2) as provider:
+            assert isinstance(provider, Provider)
+            sessions = [await provider.create_session() for _ in range(3)]
+            delegate = RecordingDelegate()
+            started = await execute(sessions[0], delegate, "await new Promise(() => {})",
+                                    yield_time_ms=0)  # fmt: skip
+            await started.initial_response()
+            statistics = provider.statistics()
+            assert isinstance(statistics, ProviderStatistics)
+            assert [host.address for host in statistics.hosts] == provider.addresses
+            assert [host.sessions for host in statistics.hosts] == [2, 1]
+            assert [host.cells for host in statistics.hosts] == [1, 0]
+            assert (statistics.sessions, statistics.cells, statistics.spawned) == (3, 1, 2)
+            assert statistics.tool_threads == provider.tool_thread_statistics()
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_cluster")
+async def test_num_hosts_still_starts_the_hosts_with_a_warning() -> None:
+    with trio.fail_after(120):
+        async with AsyncExitStack() as stack:
+            with pytest.warns(DeprecationWarning, match="use hosts="):
+                provider = await stack.enter_async_context(open_ray_provider(num_hosts=1))
+            assert len(provider.actors) == 1
+            response = await run(await provider.create_session(), RecordingDelegate(), "text(1)")
+            assert texts(response) == ["1"]
 
 
 def test_without_ray_the_import_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

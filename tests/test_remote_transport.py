@@ -29,7 +29,7 @@ from codemode._trio._sockets import (
     open_listener,
     parse_address,
 )
-from codemode.process._connection import HostLink
+from codemode._wire import HostLink
 from codemode.protocol import (
     CAPABILITIES,
     NEED_DATA,

@@ -22,12 +22,11 @@ from collections.abc import Callable, Sequence
 
 import trio
 
+from .._wire import DRAIN_TIMEOUT, PARENT_VARIABLE, HostTransport
 from ..errors import HostLostError
-from ._transport import DRAIN_TIMEOUT, HostTransport
 
 logger = logging.getLogger("codemode.host")
 
-PARENT_VARIABLE = "CODEMODE_HOST_PARENT"
 TAIL_LINES = 20
 PIPE_BYTES = 1 << 20
 """Room of the host's stdin and stdout pipes (Linux's default limit for an unprivileged user)."""

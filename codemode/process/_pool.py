@@ -1,8 +1,10 @@
-"""The process provider's hosts: a fixed number of slots, the placement of sessions on them,
-and the retirement of idle hosts.
+"""The process provider's placement strategy: a fixed number of slots for host processes, the
+placement of sessions on them, and the retirement of idle hosts (`codemode._wire`'s
+`Placement`).
 
 A *slot* holds at most one live host at a time (a `HostLink`); a pool of `hosts=N` has N slots,
 each spawned on demand. With one slot this is exactly the shared host of design.md, design 3.
+A session re-opened on a replacement host says nothing of it (`_wire/_session.py`, rule 5).
 
 Rules:
 1. Spawning: a slot's host is spawned when a session placed on it needs one, one spawn at a time
@@ -23,45 +25,16 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
+from typing import TypeVar
 
-import msgspec
 import trio
 
+from .._providers import HostLoad
+from .._wire import HostLink
 from ..errors import ProviderClosedError
-from ._connection import HostLink
 
-
-class HostLoad(msgspec.Struct, frozen=True, kw_only=True):
-    """One slot of a provider's pool, as `ProcessProvider.statistics()` reports it.
-
-    Parameters:
-        index: the slot's place in the pool, from 0.
-        pid: its host process's id; None while it has no live host (not spawned yet, lost and
-            not yet replaced, or retired).
-        sessions: sessions placed on it (their host may be lost and not yet replaced).
-        cells: cells its host holds for them: admitted and not yet reported closed (a cell
-            that completed counts until its closing frame, which follows its result).
-    """
-
-    index: int
-    pid: int | None
-    sessions: int
-    cells: int
-
-
-class ProviderStatistics(msgspec.Struct, frozen=True, kw_only=True):
-    """A process provider's hosts (design.md, style 11).
-
-    Parameters:
-        hosts: every slot of the pool, by index.
-        spawned: hosts started since the provider opened (replacements included).
-        retired: hosts closed because they were idle (rule 3).
-    """
-
-    hosts: tuple[HostLoad, ...]
-    spawned: int
-    retired: int
+_Opened = TypeVar("_Opened")
 
 
 class _Slot:
@@ -118,20 +91,38 @@ class HostPool:
         self._retired = 0
         self.closed = False
 
-    def statistics(self) -> ProviderStatistics:
-        return ProviderStatistics(
-            hosts=tuple(
-                HostLoad(
-                    index=slot.index,
-                    pid=slot.link.pid if slot.live and slot.link is not None else None,
-                    sessions=len(slot.sessions),
-                    cells=slot.cells(),
-                )
-                for slot in self._slots
-            ),
-            spawned=self._spawned,
-            retired=self._retired,
+    @property
+    def announces_replacement(self) -> bool:
+        return False  # design.md, design 3: a session re-opens on a new host silently
+
+    @property
+    def spawned(self) -> int:
+        return self._spawned
+
+    @property
+    def retired(self) -> int:
+        """Hosts closed because they were idle (rule 3)."""
+        return self._retired
+
+    def hosts(self) -> tuple[HostLoad, ...]:
+        """Every slot, by index: its host's pid (None while it has none), its sessions (their
+        host may be lost and not yet replaced) and its host's cells."""
+        return tuple(
+            HostLoad(
+                index=slot.index,
+                pid=slot.link.pid if slot.live and slot.link is not None else None,
+                sessions=len(slot.sessions),
+                cells=slot.cells(),
+            )
+            for slot in self._slots
         )
+
+    async def place(
+        self, session: Hashable, open_on: Callable[[HostLink], Awaitable[_Opened]]
+    ) -> _Opened:
+        """Place `session` (rule 2) and open it on its slot's live host (spawned if needed).
+        A failure to open is the operation's: no other slot is tried."""
+        return await open_on(await self.link_for(session))
 
     async def link_for(self, session: Hashable) -> HostLink:
         """Place `session` (rule 2) and return its slot's live host, spawning it if needed.

@@ -6,6 +6,10 @@ the next operation of each of its sessions places that session again (with one h
 replacement, spawned once, the spawn serialised) and re-opens it there under the next
 generation; the other hosts' sessions are not affected.
 
+The sessions, their generations and the provider's close are `codemode._wire`'s, shared with the
+remote provider; the pool is this provider's placement strategy, and a host is a `SpawnedHost`
+(`_host_process.py`).
+
 Rules:
 1. A link's tasks run in the link's own nursery, started in the provider's with
    `nursery.start` once the host answered the handshake.
@@ -22,25 +26,27 @@ Rules:
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from functools import partial
 
 import trio
 
-from .._api import CellLimits, ToolThreadLimits, ToolThreadStatistics
-from .._tool_threads import ToolThreads, use_tool_threads
-from .._trio import CLEANUP_GRACE, CallWorkers, open_detached_nursery, open_service_nursery
-from ..errors import InvalidRequestError, ProviderClosedError, check_platform
-from ._connection import CLOSE_TIMEOUT, HANDSHAKE_TIMEOUT, HostLink
-from ._delegates import LINK_WORKERS
-from ._host_process import default_host_command
-from ._pool import HostPool, ProviderStatistics
-from ._session import ProcessSession
+from .._api import CellLimits, Session, ToolThreadLimits, ToolThreadStatistics
+from .._providers import ProviderStatistics
+from .._trio import CLEANUP_GRACE, CallWorkers
+from .._wire import (
+    CLOSE_TIMEOUT,
+    HANDSHAKE_TIMEOUT,
+    SHUTDOWN_TIMEOUT,
+    HostLink,
+    WireSessions,
+    open_wire_sessions,
+)
+from ..errors import InvalidRequestError, check_platform
+from ._host_process import SpawnedHost, default_host_command
+from ._pool import HostPool
 
-SHUTDOWN_TIMEOUT = 5.0
 IDLE_HOST_TIMEOUT = 30.0
 """Seconds a pool's host with no session is kept before it is retired (the last one is kept)."""
 
@@ -51,42 +57,26 @@ class ProcessProvider:
     """Creates sessions served by host processes (one, or a pool). Made by
     `open_process_provider()`."""
 
-    def __init__(
-        self,
-        command: list[str],
-        nursery: trio.Nursery,
-        handshake_timeout: float,
-        *,
-        hosts: int = 1,
-        idle_host_timeout: float = IDLE_HOST_TIMEOUT,
-        calls: trio.Nursery,
-        tool_threads: ToolThreads,
-    ) -> None:
-        self._nursery = nursery
-        self._tool_threads = tool_threads
-        workers = CallWorkers(calls, keep=LINK_WORKERS)  # rule 4
-        use_tool_threads(workers.context, self._tool_threads)
-        self._pool = HostPool(
-            partial(HostLink, command, handshake_timeout, workers=workers),
-            hosts,
-            idle_host_timeout,
-            nursery,
-        )
-        self._session_ids = itertools.count(1)
-        self._sessions: set[ProcessSession] = set()
-        self.closed = False
+    def __init__(self, sessions: WireSessions[HostPool]) -> None:
+        self._sessions = sessions
+
+    @property
+    def closed(self) -> bool:
+        """True once the provider's block is being left."""
+        return self._sessions.closed
 
     def statistics(self) -> ProviderStatistics:
-        """The provider's hosts: for each, its pid, its sessions and its cells."""
-        return self._pool.statistics()
+        """The provider's hosts (for each: its pid, its sessions and its cells), its sessions,
+        cells and tool threads."""
+        return self._sessions.statistics()
 
     def tool_thread_statistics(self) -> ToolThreadStatistics:
         """What the threads of the sessions' sync tools hold now (`docs/limits.md`)."""
-        return self._tool_threads.statistics()
+        return self._sessions.tool_thread_statistics()
 
     async def create_session(
         self, limits: CellLimits | None = None, *, store_load: bool = True
-    ) -> ProcessSession:
+    ) -> Session:
         """A new session, opened on the host at once (spawning it if needed); `store_load=False`:
         its cells have no `store` / `load`, and the host keeps nothing.
 
@@ -95,56 +85,7 @@ class ProcessProvider:
             HostLostError: the host cannot be started, or was lost.
             ProviderClosedError: the provider is closed.
         """
-        if self.closed:
-            raise ProviderClosedError()
-        limits = (limits or CellLimits()).checked()
-        session = ProcessSession(self, limits, store_load=store_load)
-        self._sessions.add(session)
-        try:
-            await session._bind()
-        except BaseException:
-            self._forget(session)
-            raise
-        return session
-
-    def _forget(self, session: ProcessSession) -> None:
-        self._sessions.discard(session)
-        self._pool.leave(session)
-
-    def _next_session_id(self) -> str:
-        return f"session-{next(self._session_ids)}"
-
-    async def _link(self, session: ProcessSession) -> HostLink:
-        """A live host for `session`, which has none (or lost it): placed anew, on a host that
-        is spawned (one spawn at a time per host) if needed."""
-        if self.closed:
-            raise ProviderClosedError()
-        return await self._pool.link_for(session)
-
-    async def _close(self, shutdown_timeout: float) -> None:
-        """Shut every session down, then let the hosts exit (killed if they do not)."""
-        self.closed = True
-        self._pool.closed = True
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._kill_after, shutdown_timeout)
-                async with trio.open_nursery() as shutdowns:
-                    for session in list(self._sessions):
-                        shutdowns.start_soon(_shut_down_quietly, session)
-                nursery.cancel_scope.cancel()
-        finally:
-            await self._pool.aclose()
-
-    async def _kill_after(self, seconds: float) -> None:
-        await trio.sleep(seconds)
-        self._pool.abort("timed out shutting down the code-mode host's sessions")
-
-
-async def _shut_down_quietly(session: ProcessSession) -> None:
-    try:
-        await session.shutdown()
-    except Exception:  # the provider closes whatever one session says; the session knows
-        logger.exception("shutting a code-mode session down failed")
+        return await self._sessions.create(limits, store_load=store_load)
 
 
 @asynccontextmanager
@@ -201,25 +142,19 @@ async def open_process_provider(
             f" not {idle_host_timeout!r}"
         )
     command = list(host_command) if host_command is not None else default_host_command()
-    threads = ToolThreads(tool_threads)
-    async with (
-        open_detached_nursery(bound=CLEANUP_GRACE) as calls,
-        open_service_nursery() as nursery,
-    ):
-        provider = ProcessProvider(
-            command,
-            nursery,
-            handshake_timeout,
-            hosts=hosts,
-            idle_host_timeout=idle_host_timeout,
-            calls=calls,
-            tool_threads=threads,
-        )
-        try:
-            yield provider
-        finally:
-            # A spawn in progress finishes before its host is closed: its handshake counts.
-            bound = shutdown_timeout + handshake_timeout + 2 * (CLOSE_TIMEOUT + CLEANUP_GRACE)
-            with trio.CancelScope(shield=True), trio.move_on_after(bound):
-                await provider._close(shutdown_timeout)
-            nursery.cancel_scope.cancel()
+
+    def pool(nursery: trio.Nursery, workers: CallWorkers) -> HostPool:
+        def new_link() -> HostLink:
+            return HostLink(SpawnedHost(command), handshake_timeout, workers=workers)
+
+        return HostPool(new_link, hosts, idle_host_timeout, nursery)
+
+    async with open_wire_sessions(
+        pool,
+        tool_threads=tool_threads,
+        shutdown_timeout=shutdown_timeout,
+        # A spawn in progress finishes before its host is closed: its handshake counts.
+        close_bound=shutdown_timeout + handshake_timeout + 2 * (CLOSE_TIMEOUT + CLEANUP_GRACE),
+        logger=logger,
+    ) as sessions:
+        yield ProcessProvider(sessions)

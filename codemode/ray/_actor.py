@@ -32,7 +32,8 @@ from collections.abc import Sequence
 from typing import IO
 
 from .._trio._sockets import HostAddress, parse_address
-from ..process._host_process import PARENT_VARIABLE, default_host_command
+from .._wire import PARENT_VARIABLE
+from ..process import default_host_command
 
 TOKEN_VARIABLE = "CODEMODE_HOST_TOKEN"
 LISTENING = b"codemode-host listening on "

@@ -6,7 +6,7 @@ Rules:
 1. Ray is the caller's: `ray.init()` (a local instance, or `address=` of a cluster) comes
    before `open_ray_provider`, `ray.shutdown()` after it. The provider starts and kills only
    its own actors.
-2. Start: `num_hosts` actors (`_actor.HostActor`), each with `num_cpus=1`, `max_restarts`,
+2. Start: `hosts` actors (`_actor.HostActor`), each with `num_cpus=1`, `max_restarts`,
    `max_task_retries=-1` (a call on a restarting actor waits for it) and the
    `scheduling_strategy` (`"SPREAD"` by default: over as many nodes as have a free CPU). The
    block opens once every actor reported its host's address, within `start_timeout`;
@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import ssl
 import time
+import warnings
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
@@ -37,12 +38,11 @@ from typing import Any
 import ray
 import trio
 
-from .._api import CellLimits
+from .._api import CellLimits, Session, ToolThreadStatistics
+from .._providers import ProviderStatistics
+from .._wire import CONNECT_TIMEOUT, HANDSHAKE_TIMEOUT, SHUTDOWN_TIMEOUT
 from ..errors import HostLostError
-from ..process._connection import HANDSHAKE_TIMEOUT
-from ..process._provider import SHUTDOWN_TIMEOUT
-from ..remote import RemoteProvider, RemoteSession, open_remote_provider
-from ..remote._transport import CONNECT_TIMEOUT
+from ..remote import RemoteProvider, open_remote_provider
 from ._actor import STOP_GRACE, HostActor
 
 logger = logging.getLogger("codemode.ray")
@@ -75,17 +75,27 @@ class RayProvider:
         """The live sessions of this provider on each host, by current address."""
         return self._remote.placement()
 
+    def statistics(self) -> ProviderStatistics:
+        """The hosts (for each: its current address, its sessions and its cells, in the
+        actors' order), the sessions, cells and tool threads (`RemoteProvider`)."""
+        return self._remote.statistics()
+
+    def tool_thread_statistics(self) -> ToolThreadStatistics:
+        """What the threads of the sessions' sync tools hold now (`docs/limits.md`)."""
+        return self._remote.tool_thread_statistics()
+
     async def create_session(
         self, limits: CellLimits | None = None, *, store_load: bool = True
-    ) -> RemoteSession:
+    ) -> Session:
         """A new session on the least-loaded host that takes it (`RemoteProvider`)."""
         return await self._remote.create_session(limits, store_load=store_load)
 
 
 @asynccontextmanager
 async def open_ray_provider(
-    num_hosts: int,
+    hosts: int | None = None,
     *,
+    num_hosts: int | None = None,
     token: str | None = None,
     ssl_context: ssl.SSLContext | None = None,
     listen_host: str | None = None,
@@ -97,10 +107,12 @@ async def open_ray_provider(
     connect_timeout: float = CONNECT_TIMEOUT,
     shutdown_timeout: float = SHUTDOWN_TIMEOUT,
 ) -> AsyncIterator[RayProvider]:
-    """A provider whose sessions run in `num_hosts` host actors on the Ray cluster, for the block.
+    """A provider whose sessions run in `hosts` host actors on the Ray cluster, for the block.
 
     Args:
-        num_hosts: how many host actors to start (one CPU each).
+        hosts: how many host actors to start (one CPU each), as `open_process_provider`'s
+            `hosts` counts its host processes.
+        num_hosts: the former name of `hosts` (deprecated: `DeprecationWarning`).
         token: the hosts' shared secret, given to each host in its environment; required
             unless the hosts listen on loopback.
         ssl_context: the client's TLS (hosts started with `--tls-cert`/`--tls-key` in
@@ -123,9 +135,11 @@ async def open_ray_provider(
 
     Error handling: an exception raised in the block leaves it as itself. Actors that cannot
     start their hosts raise `HostLostError` on entry (the host's last words in the text);
-    `num_hosts` below 1 raises `ValueError`; Ray not initialised raises `RuntimeError`.
+    `hosts` below 1 raises `ValueError`; both `hosts` and `num_hosts`, or neither, raise
+    `TypeError`; Ray not initialised raises `RuntimeError`.
     """
-    if num_hosts < 1:
+    hosts = _host_count(hosts, num_hosts)
+    if hosts < 1:
         raise ValueError("open_ray_provider needs at least one host")
     if not ray.is_initialized():
         raise RuntimeError("open_ray_provider needs Ray: call ray.init() first")
@@ -140,7 +154,7 @@ async def open_ray_provider(
         "token": token,
         "host_options": list(host_options),
     }
-    actors: list[Any] = await trio.to_thread.run_sync(_create, num_hosts, options, arguments)
+    actors: list[Any] = await trio.to_thread.run_sync(_create, hosts, options, arguments)
     try:
         addresses = await trio.to_thread.run_sync(
             _addresses, actors, start_timeout, abandon_on_cancel=True
@@ -158,6 +172,22 @@ async def open_ray_provider(
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(STOP_TIMEOUT + 1.0):
             await trio.to_thread.run_sync(_stop, actors, abandon_on_cancel=True)
+
+
+def _host_count(hosts: int | None, num_hosts: int | None) -> int:
+    """`hosts`, or the deprecated `num_hosts` (warned about); exactly one of them."""
+    if num_hosts is not None:
+        if hosts is not None:
+            raise TypeError("open_ray_provider takes hosts or num_hosts, not both")
+        warnings.warn(
+            "open_ray_provider(num_hosts=...) is deprecated: use hosts=...",
+            DeprecationWarning,
+            stacklevel=4,  # the caller of `open_ray_provider`, past contextlib's __aenter__
+        )
+        return num_hosts
+    if hosts is None:
+        raise TypeError("open_ray_provider needs hosts, the number of host actors")
+    return hosts
 
 
 # ---- Ray's side: each runs in a worker thread (rule 5) ------------------------------------

@@ -22,11 +22,8 @@ from importlib.metadata import PackageNotFoundError, version
 import trio
 
 from .._trio._sockets import HostAddress, connect
+from .._wire import CONNECT_TIMEOUT, HostTransport
 from ..errors import HostLostError
-from ..process._transport import HostTransport
-
-CONNECT_TIMEOUT = 10.0
-"""Seconds to reach a host (TCP connect, and the TLS handshake if any)."""
 
 
 @functools.cache

@@ -40,6 +40,7 @@ from ..protocol import (
     ToolResult,
 )
 
+# The process provider's logger, where the links have always logged (the remote provider's too).
 logger = logging.getLogger("codemode.process")
 
 Key = tuple[str, str]

@@ -1,10 +1,11 @@
 """How a `HostLink` reaches its host: the byte streams, and what the far end looks like.
 
-A `HostLink` (`_connection.py`) runs the protocol over whatever a `HostTransport` opens: a
-spawned host's stdin and stdout (`_host_process.SpawnedHost`), or a socket connected to a
-listening host (`codemode.remote`). The link owns the protocol, its tasks and its failure;
-the transport owns the resource behind the streams (a child process, a socket) and says what
-its end means: why a stream ended, what a failed start looked like, how to let go of it.
+A `HostLink` (`_link.py`) runs the protocol over whatever a `HostTransport` opens: a spawned
+host's stdin and stdout (`SpawnedHost`, `codemode.process`), or a socket connected to a
+listening host (`SocketHost`, `codemode.remote`). The link owns the protocol, its tasks and its
+failure; the transport owns the resource behind the streams (a child process, a socket) and
+says what its end means: why a stream ended, what a failed start looked like, how to let go of
+it.
 
 Rules:
 1. `open` is called once, before anything else; a transport that cannot open raises
@@ -25,6 +26,11 @@ import trio
 
 DRAIN_TIMEOUT = 1.0
 """Seconds to read what an exited host left in its stdout pipe (`HostLink` rule 2)."""
+CONNECT_TIMEOUT = 10.0
+"""Seconds to reach a listening host (TCP connect, and the TLS handshake if any)."""
+PARENT_VARIABLE = "CODEMODE_HOST_PARENT"
+"""The environment variable naming the process a host it started dies with (the host watches
+that process: `host/__main__.py`, `host/_listen.py`)."""
 
 
 class HostTransport(abc.ABC):
@@ -44,6 +50,11 @@ class HostTransport(abc.ABC):
         Raises:
             HostLostError: the host cannot be started or reached.
         """
+
+    @property
+    def pid(self) -> int | None:
+        """The host process's id, when this transport started it (None otherwise)."""
+        return None
 
     def start(
         self, nursery: trio.Nursery, lost: Callable[[str], None], read_done: trio.Event

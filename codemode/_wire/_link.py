@@ -3,7 +3,7 @@
 The protocol's rules live in the sans-IO `ClientConnection`; `HostLink` only moves bytes and
 runs tasks, all in a nursery of its own that `run` opens (started with `nursery.start` once the
 handshake succeeded). Its streams come from a `HostTransport` (`_transport.py`): a spawned host
-process (`SpawnedHost`, from a command) or a socket to a listening host (`codemode.remote`).
+process (`codemode.process`) or a socket to a listening host (`codemode.remote`).
 
 - the writer (`FrameWriter`) sends whatever the connection queued when the scheduler's pass
   ends, in one write (the rest, if the pipe is full, through its task);
@@ -63,9 +63,9 @@ from ..protocol import (
     describe_rejection,
 )
 from ._delegates import ClientCell, ClientCells
-from ._host_process import SpawnedHost
 from ._transport import DRAIN_TIMEOUT, HostTransport
 
+# The process provider's logger, where the links have always logged (the remote provider's too).
 logger = logging.getLogger("codemode.process")
 
 HANDSHAKE_TIMEOUT = 10.0
@@ -94,7 +94,8 @@ class HostLink:
     """A host and its connection, from spawn (or connect) to loss. Started by `run`.
 
     Args:
-        host: the host command to spawn, or the transport that reaches the host.
+        transport: what starts or reaches the host (`codemode.process`: a spawned host;
+            `codemode.remote`: a socket).
         handshake_timeout: seconds the host has to answer the hello.
         workers: where the application's delegate calls run (its provider's); by default in
             the link's own nursery.
@@ -102,12 +103,12 @@ class HostLink:
 
     def __init__(
         self,
-        host: list[str] | HostTransport,
+        transport: HostTransport,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
         *,
         workers: CallWorkers | None = None,
     ) -> None:
-        self._transport = host if isinstance(host, HostTransport) else SpawnedHost(host)
+        self._transport = transport
         self._handshake_timeout = handshake_timeout
         self._connection = ClientConnection(
             optional_capabilities=CAPABILITIES,
@@ -147,8 +148,7 @@ class HostLink:
     @property
     def pid(self) -> int | None:
         """The host process's id (None before it was spawned, or not a spawned host)."""
-        transport = self._transport
-        return transport.pid if isinstance(transport, SpawnedHost) else None
+        return self._transport.pid
 
     def statistics(self) -> ClientStatistics:
         """What the connection holds: its cells, sessions, requests (a pool's measure of load)."""

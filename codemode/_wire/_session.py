@@ -1,9 +1,14 @@
-"""A session served by a host process (implements `codemode.Session`).
+"""A session served by a host over the wire (implements `codemode.Session`): the one session
+class of every provider whose cells run in a host (`codemode.process`, `codemode.remote`,
+`codemode.ray`).
 
-The session binds to the provider's current host link: opened eagerly by `create_session`,
-re-opened after a host loss on the next operation, with the next *generation*. Public cell ids
-carry the generation: generation 1 keeps the host's ids (`"1"`), generation g > 1 prefixes them
-(`"g2:1"`); an id of another generation raises `StaleGenerationError` (design.md, host 1.4).
+The session binds to a host link that its provider's placement strategy finds
+(`_placement.Placement`: one host, a pool of host processes, listening hosts): opened eagerly by
+`create_session`, re-opened after a host loss on the next operation, with the next
+*generation*. Public cell ids carry the generation: generation 1 keeps the host's ids (`"1"`),
+generation g > 1 prefixes them (`"g2:1"`); an id of another generation raises
+`StaleGenerationError` (design.md, host 1.4). Only the strategy differs between providers: the
+session asks it for a host, never for more.
 
 Rules:
 1. Errors from the host are turned into exceptions in one place: `errors.error_from_kind`, with
@@ -16,16 +21,22 @@ Rules:
    closed, `ProviderClosedError`.
 4. The pending frontier, preempt and the cell inventory need the host's capabilities; without
    them the operation raises a `CodeModeError` naming the capability.
+5. Re-opening after a loss is silent (design.md, design 3), unless the strategy announces
+   replacements (listening hosts; design.md, host 7, the gRPC reconnect): then the operation
+   that re-opens the session raises `RuntimeReplacedError`, once, and so does every operation
+   that was waiting for that re-opening; later operations run on the new connection. If no
+   host takes the session, the operation fails (`HostLostError`, `AdmissionError`) and the
+   replacement is still owed to the next one. Only the opening is retried (by the strategy),
+   never established work.
 """
 
 from __future__ import annotations
 
 import collections
-import logging
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, final
 
 import msgspec
 import trio
@@ -54,6 +65,7 @@ from ..errors import (
     HostLostError,
     InvalidRequestError,
     ProviderClosedError,
+    RuntimeReplacedError,
     SessionShuttingDownError,
     StaleGenerationError,
     error_from_kind,
@@ -72,9 +84,7 @@ from ..protocol import (
     SessionReady,
     WaitCompleted,
 )
-from ._connection import HostLink
-
-logger = logging.getLogger("codemode.process")
+from ._link import HostLink
 
 UNCANCELLABLE_TIMEOUT = 60.0
 """Bound on terminate and a session's shutdown, which callers cannot cancel (design.md,
@@ -82,19 +92,40 @@ host 4.2)."""
 
 
 _R = TypeVar("_R", bound=RuntimeResponse | Pending)
+_Opened = TypeVar("_Opened")
 
 
 class SessionOwner(Protocol):
-    """What a session needs of its provider (the process provider, the remote provider)."""
+    """What a session needs of its provider (`_sessions.WireSessions`)."""
 
-    closed: bool
-    _nursery: trio.Nursery
+    @property
+    def closed(self) -> bool:
+        """The provider is closed (rule 3)."""
+        ...
 
-    async def _link(self, session: ProcessSession) -> HostLink: ...
+    @property
+    def nursery(self) -> trio.Nursery:
+        """Where the session's shutdown runs (rule 2)."""
+        ...
 
-    def _next_session_id(self) -> str: ...
+    @property
+    def announces_replacement(self) -> bool:
+        """Rule 5."""
+        ...
 
-    def _forget(self, session: ProcessSession) -> None: ...
+    def next_session_id(self) -> str:
+        """A session id never used by this provider on any host."""
+        ...
+
+    async def place(
+        self, session: WireSession, open_on: Callable[[HostLink], Awaitable[_Opened]]
+    ) -> _Opened:
+        """Find `session` a host and open it there with `open_on` (the placement strategy)."""
+        ...
+
+    def forget(self, session: WireSession) -> None:
+        """`session` is shut down (or never opened): the provider lets go of it."""
+        ...
 
 
 class _Binding:
@@ -141,8 +172,9 @@ def _unwrap(result: Ok[Any] | Err, cell_id: str | None = None) -> object:
     return result.value
 
 
-class ProcessSession:
-    """A code-mode session whose cells run in the provider's host process."""
+@final
+class WireSession:
+    """A code-mode session whose cells run in a host its provider placed it on."""
 
     def __init__(
         self, provider: SessionOwner, limits: CellLimits, *, store_load: bool = True
@@ -160,10 +192,14 @@ class ProcessSession:
 
     @property
     def is_alive(self) -> bool:
-        """False once shutdown began, the provider closed, or while its host is lost."""
+        """False once shutdown began, the provider closed, or while its host is lost (also
+        after a re-opening that failed)."""
         if self._shutdown.started or self._provider.closed:
             return False
-        return self._binding is None or self._binding.link.alive
+        binding = self._binding
+        if binding is None:
+            return self._generation == 0  # being opened the first time
+        return binding.link.alive
 
     def _check(self) -> None:
         if self._provider.closed:
@@ -178,18 +214,28 @@ class ProcessSession:
             # No checkpoint: a request made now is queued before anything the caller's other
             # tasks do next (a wait issued before a tool's result goes out before it).
             return binding
+        generation = self._generation
         async with self._bind_lock:
             self._check()
             binding = self._binding
+            announce = self._provider.announces_replacement
             if binding is not None and binding.link.alive:
+                # Another operation re-opened the session while this one waited (rule 5).
+                if announce and generation != self._generation:
+                    raise RuntimeReplacedError()
                 return binding
             if binding is not None:
                 self._retired.append(binding)
                 self._binding = None
-            return await self._open_on(await self._provider._link(self))
+            replaced = self._generation > 0
+            binding = await self._provider.place(self, self._open_on)
+            if announce and replaced:
+                raise RuntimeReplacedError()
+            return binding
 
     async def _open_on(self, link: HostLink) -> _Binding:
-        """Open the session on `link` as its next generation (the bind lock is held)."""
+        """Open the session on `link` as its next generation (the bind lock is held; the
+        placement strategy calls it, on each host it tries)."""
         limits = None
         if self._limits != CellLimits():
             if LIMITS_CAPABILITY not in link.capabilities:
@@ -198,7 +244,7 @@ class ProcessSession:
                     f" `{LIMITS_CAPABILITY}` capability"
                 )
             limits = self._limits
-        session_id = self._provider._next_session_id()
+        session_id = self._provider.next_session_id()
         ready = _unwrap(await link.open_session(session_id, limits, store_load=self._store_load))
         if not isinstance(ready, SessionReady):
             raise HostLostError("code-mode host returned an invalid open-session response")
@@ -383,7 +429,7 @@ class ProcessSession:
             Exception: what made the shutdown itself fail (every caller sees it); the
                 session is shut down all the same.
         """
-        await self._shutdown.run(self._provider._nursery, self._shut_down)
+        await self._shutdown.run(self._provider.nursery, self._shut_down)
 
     async def _shut_down(self) -> None:
         try:
@@ -392,7 +438,7 @@ class ProcessSession:
             for binding in bindings:
                 await self._close(binding)
         finally:
-            self._provider._forget(self)
+            self._provider.forget(self)
 
     async def _close(self, binding: _Binding) -> None:
         link = binding.link
