@@ -312,10 +312,10 @@ class StartedCell:
     Made by `Session.execute` only. The initial response is the cell's first observation and
     belongs to this object until it is awaited (once) or released: `release()` (or leaving
     `async with started:`) gives it up without ending the cell, so the next `wait` observes
-    the cell and gets the output the initial observation did not deliver. Dropping the object
-    releases it too (its `__del__` only schedules the release on the provider's trio thread).
-    Cancelling `initial_response()` releases it as well: nothing is lost, the next `wait` has
-    the output.
+    the cell and gets the output the initial observation did not deliver; so does cancelling
+    `initial_response()`. `execute(..., observe_initial=False)` returns it released already.
+    Dropping the object releases it too (its `__del__` only schedules the release on the
+    provider's trio thread).
     """
 
     __slots__ = (
@@ -347,9 +347,12 @@ class StartedCell:
         initial_response: Callable[[], Awaitable[RuntimeResponse]],
         release: Callable[[], None],
         dropped: collections.deque[Callable[[], None]] | None = None,
+        *,
+        observe_initial: bool = True,
     ) -> StartedCell:
         """`dropped`: where `__del__` also puts `release`, for the session to run it before
-        its next observation (`_release_dropped`)."""
+        its next observation (`_release_dropped`). `observe_initial=False`: released at
+        once."""
         import trio
 
         token = trio.lowlevel.current_trio_token()
@@ -360,6 +363,8 @@ class StartedCell:
         started._settled = False
         started._dropped = dropped
         started._token = token
+        if not observe_initial:
+            started.release()
         return started
 
     def __del__(self) -> None:
@@ -426,8 +431,13 @@ class Session(Protocol):
         """False once shutdown began (or the host connection was lost)."""
         ...
 
-    async def execute(self, request: ExecuteRequest, delegate: SessionDelegate) -> StartedCell:
-        """Admit a cell and start it; returns before its first response."""
+    async def execute(
+        self, request: ExecuteRequest, delegate: SessionDelegate, *, observe_initial: bool = True
+    ) -> StartedCell:
+        """Admit a cell and start it; returns before its first response.
+
+        `observe_initial=False`: nobody takes the initial observation (the `StartedCell` is
+        released already); the cell's next `wait` observes it from its start."""
         ...
 
     async def wait(self, request: WaitRequest) -> WaitOutcome:

@@ -226,8 +226,10 @@ class _CellIdRecorder:
     def is_alive(self) -> bool:
         return self._session.is_alive
 
-    async def execute(self, request: ExecuteRequest, delegate: SessionDelegate) -> StartedCell:
-        started = await self._session.execute(request, delegate)
+    async def execute(
+        self, request: ExecuteRequest, delegate: SessionDelegate, *, observe_initial: bool = True
+    ) -> StartedCell:
+        started = await self._session.execute(request, delegate, observe_initial=observe_initial)
         self.cell_id = started.cell_id
         return started
 

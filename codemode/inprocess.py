@@ -88,8 +88,11 @@ class InProcessSession:
         if self._shutdown.started:
             raise SessionShuttingDownError()
 
-    async def execute(self, request: ExecuteRequest, delegate: SessionDelegate) -> StartedCell:
-        """Admit a cell and start it; returns before its first response.
+    async def execute(
+        self, request: ExecuteRequest, delegate: SessionDelegate, *, observe_initial: bool = True
+    ) -> StartedCell:
+        """Admit a cell and start it; returns before its first response (`observe_initial=False`:
+        the `StartedCell` is released already, and the cell's next `wait` observes it).
 
         Raises:
             SessionShuttingDownError: shutdown has begun.
@@ -97,7 +100,7 @@ class InProcessSession:
         """
         self._check()
         check_execute(request)
-        started = await self._runtime.execute(request, delegate)
+        started = await self._runtime.execute(request, delegate, observe_initial=observe_initial)
         # Rule 3 holds for its initial response too.
         started._initial_response = partial(self._initial_response, started._initial_response)
         return started

@@ -77,8 +77,10 @@ class _DurationCheckedSession:
     def is_alive(self) -> bool:
         return self._session.is_alive
 
-    async def execute(self, request: ExecuteRequest, delegate: SessionDelegate) -> StartedCell:
-        started = await self._session.execute(request, delegate)
+    async def execute(
+        self, request: ExecuteRequest, delegate: SessionDelegate, *, observe_initial: bool = True
+    ) -> StartedCell:
+        started = await self._session.execute(request, delegate, observe_initial=observe_initial)
 
         async def initial_response() -> RuntimeResponse:
             return _checked_response(await started.initial_response(), self._timed)
@@ -86,7 +88,9 @@ class _DurationCheckedSession:
         # The wrapped cell's own release, not its bound `release`: that would keep the wrapped
         # StartedCell alive until the release scheduled by this one's `__del__` ran, and its
         # own `__del__` (which lets the session's next wait release it first) with it.
-        return StartedCell._create(started.cell_id, initial_response, started._release)
+        return StartedCell._create(
+            started.cell_id, initial_response, started._release, observe_initial=observe_initial
+        )
 
     def _outcome(self, outcome: WaitOutcome) -> WaitOutcome:
         response = _checked_response(outcome.response, self._timed)

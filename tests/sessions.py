@@ -33,6 +33,7 @@ async def execute(
     yield_time_ms: int | None = LONG_MS,
     tools: list[ToolDefinition] | None = None,
     call_id: str = "call-1",
+    observe_initial: bool = True,
 ) -> StartedCell:
     request = ExecuteRequest(
         tool_call_id=call_id,
@@ -40,7 +41,7 @@ async def execute(
         enabled_tools=tools or [],
         yield_time_ms=yield_time_ms,
     )
-    return await session.execute(request, delegate)
+    return await session.execute(request, delegate, observe_initial=observe_initial)
 
 
 async def run(

@@ -44,9 +44,11 @@ class ObservedSession:
     def is_alive(self) -> bool:
         return self._session.is_alive
 
-    async def execute(self, request: ExecuteRequest, delegate: SessionDelegate) -> StartedCell:
+    async def execute(
+        self, request: ExecuteRequest, delegate: SessionDelegate, *, observe_initial: bool = True
+    ) -> StartedCell:
         self.executed.append(request.yield_time_ms)
-        return await self._session.execute(request, delegate)
+        return await self._session.execute(request, delegate, observe_initial=observe_initial)
 
     async def wait(self, request: WaitRequest) -> WaitOutcome:
         self.waited.append(request.yield_time_ms)

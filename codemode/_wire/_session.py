@@ -252,8 +252,12 @@ class WireSession:
         self._binding = _Binding(link, session_id, self._generation)
         return self._binding
 
-    async def execute(self, request: ExecuteRequest, delegate: SessionDelegate) -> StartedCell:
-        """Admit and start a cell in the host; its first response comes later.
+    async def execute(
+        self, request: ExecuteRequest, delegate: SessionDelegate, *, observe_initial: bool = True
+    ) -> StartedCell:
+        """Admit and start a cell in the host; its first response comes later
+        (`observe_initial=False`: the `StartedCell` is released already; the host is told at
+        once, and whatever its initial observation took goes to the cell's next `wait`).
 
         Cancelled before it returns, the cell (if the host admitted it) is terminated.
         """
@@ -267,6 +271,7 @@ class WireSession:
             partial(self._initial_response, binding, request_id, cell_id),
             partial(binding.link.release_initial, request_id),
             self._dropped,
+            observe_initial=observe_initial,
         )
 
     async def _start(

@@ -121,8 +121,12 @@ class RuntimeSession:
     def limits(self) -> CellLimits:
         return self._limits
 
-    async def execute(self, request: ExecuteRequest, delegate: SessionDelegate) -> StartedCell:
-        """Admit and start a cell; its first response comes from `initial_response()`.
+    async def execute(
+        self, request: ExecuteRequest, delegate: SessionDelegate, *, observe_initial: bool = True
+    ) -> StartedCell:
+        """Admit and start a cell; its first response comes from `initial_response()`
+        (`observe_initial=False`: the `StartedCell` is released at once, and the cell's next
+        `wait` observes it from its start).
 
         Raises:
             SessionShuttingDownError: shutdown has begun.
@@ -136,7 +140,11 @@ class RuntimeSession:
             return response
 
         return StartedCell._create(
-            cell.cell_id, initial_response, cell.release_initial_observer, self._dropped
+            cell.cell_id,
+            initial_response,
+            cell.release_initial_observer,
+            self._dropped,
+            observe_initial=observe_initial,
         )
 
     async def execute_to_pending(
