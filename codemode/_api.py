@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import warnings
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Protocol, TypeAlias
 
@@ -314,8 +315,9 @@ class StartedCell:
     `async with started:`) gives it up without ending the cell, so the next `wait` observes
     the cell and gets the output the initial observation did not deliver; so does cancelling
     `initial_response()`. `execute(..., observe_initial=False)` returns it released already.
-    Dropping the object releases it too (its `__del__` only schedules the release on the
-    provider's trio thread).
+    Dropping it unreleased releases it too (its `__del__` only schedules the release on the
+    provider's trio thread) but warns (`ResourceWarning`): when a reference cycle holds the
+    object, the release waits for the garbage collector.
     """
 
     __slots__ = (
@@ -323,6 +325,7 @@ class StartedCell:
         "_dropped",
         "_initial_response",
         "_release",
+        "_session_id",
         "_settled",
         "_token",
         "cell_id",
@@ -336,6 +339,7 @@ class StartedCell:
     nothing left to release."""
     _dropped: collections.deque[Callable[[], None]] | None
     _token: Any
+    _session_id: str
 
     def __init__(self) -> None:
         raise TypeError("StartedCell has no public constructor: Session.execute makes it")
@@ -348,11 +352,12 @@ class StartedCell:
         release: Callable[[], None],
         dropped: collections.deque[Callable[[], None]] | None = None,
         *,
+        session_id: str,
         observe_initial: bool = True,
     ) -> StartedCell:
         """`dropped`: where `__del__` also puts `release`, for the session to run it before
-        its next observation (`_release_dropped`). `observe_initial=False`: released at
-        once."""
+        its next observation (`_release_dropped`). `session_id` names the session in the
+        warning of a dropped cell. `observe_initial=False`: released at once."""
         import trio
 
         token = trio.lowlevel.current_trio_token()
@@ -363,6 +368,7 @@ class StartedCell:
         started._settled = False
         started._dropped = dropped
         started._token = token
+        started._session_id = session_id
         if not observe_initial:
             started.release()
         return started
@@ -372,8 +378,8 @@ class StartedCell:
         # few percent of a trivial cell's instructions on the client. A `__del__` may run at
         # any point of any thread (PEP 442 collects a cycle that holds it): it only schedules
         # the release, and leaves it where the session's next observation runs it first.
-        # Nothing to do for a cell whose initial response was taken: the host drops one such
-        # StartedCell per cell, and queueing their releases kept every cell alive (the soak).
+        # Nothing to do once the initial response was taken or released: every cell drops
+        # its StartedCell, and queueing their releases kept every cell alive (the soak).
         if getattr(self, "_settled", True):  # True also for `StartedCell()`, which raised
             return
         if self._dropped is not None:
@@ -382,6 +388,19 @@ class StartedCell:
             self._token.run_sync_soon(self._release)
         except RuntimeError:
             pass  # trio.RunFinishedError: the provider's trio run is over; so is the cell
+        # Last: under an "error" filter the warning raises, and the release must be
+        # scheduled by then. It warns because a drop is a release at the garbage
+        # collector's timing when a cycle (a traceback, a closure) holds the object, and the
+        # cell's next `wait` meets ObserverBusyError until then.
+        warnings.warn(
+            f"StartedCell of exec cell {self.cell_id!r} of session {self._session_id!r} was"
+            " dropped without its initial response being awaited or released (it is"
+            " released now). Await `started.initial_response()`, call `started.release()`,"
+            " use `async with started:`, or pass `observe_initial=False` to `execute`",
+            ResourceWarning,
+            stacklevel=2,
+            source=self,
+        )
 
     @staticmethod
     def _release_dropped(dropped: collections.deque[Callable[[], None]]) -> None:
@@ -437,7 +456,8 @@ class Session(Protocol):
         """Admit a cell and start it; returns before its first response.
 
         `observe_initial=False`: nobody takes the initial observation (the `StartedCell` is
-        released already); the cell's next `wait` observes it from its start."""
+        released already, and dropping it never warns); the cell's next `wait` observes it
+        from its start."""
         ...
 
     async def wait(self, request: WaitRequest) -> WaitOutcome:

@@ -19,6 +19,7 @@ Rules:
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -218,6 +219,7 @@ class InProcessProvider:
         self._watch = CellWatch(nursery)  # ends when the provider's nursery is cancelled
         self._admission = admission
         self._sessions: set[InProcessSession] = set()
+        self._session_ids = itertools.count(1)
         self.closed = False
 
     async def create_session(
@@ -242,6 +244,7 @@ class InProcessProvider:
             admission=self._admission,
             workers=self._workers,
             watch=self._watch,
+            session_id=f"session-{next(self._session_ids)}",  # as the process provider's
         )
         session = InProcessSession(self, runtime)
         self._sessions.add(session)

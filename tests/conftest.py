@@ -81,16 +81,16 @@ class _DurationCheckedSession:
         self, request: ExecuteRequest, delegate: SessionDelegate, *, observe_initial: bool = True
     ) -> StartedCell:
         started = await self._session.execute(request, delegate, observe_initial=observe_initial)
+        initial = started._initial_response
 
         async def initial_response() -> RuntimeResponse:
-            return _checked_response(await started.initial_response(), self._timed)
+            return _checked_response(await initial(), self._timed)
 
-        # The wrapped cell's own release, not its bound `release`: that would keep the wrapped
-        # StartedCell alive until the release scheduled by this one's `__del__` ran, and its
-        # own `__del__` (which lets the session's next wait release it first) with it.
-        return StartedCell._create(
-            started.cell_id, initial_response, started._release, observe_initial=observe_initial
-        )
+        # The session's own StartedCell, its initial response checked (as the in-process
+        # session wraps its runtime's): a second StartedCell around it would leave the inner
+        # one unsettled when the outer one is released, and warn when it is dropped.
+        started._initial_response = initial_response
+        return started
 
     def _outcome(self, outcome: WaitOutcome) -> WaitOutcome:
         response = _checked_response(outcome.response, self._timed)

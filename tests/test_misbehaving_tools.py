@@ -117,7 +117,7 @@ async def stuck_cells(session: Session, toolbox: codemode.Toolbox, count: int) -
             enabled_tools=toolbox.definitions(),
             yield_time_ms=0,
         )
-        started = await session.execute(request, toolbox)
+        started = await session.execute(request, toolbox, observe_initial=False)
         ids.append(started.cell_id)
     return ids
 

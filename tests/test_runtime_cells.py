@@ -163,7 +163,11 @@ async def test_termination_claim_prevents_stored_value_commit(
     delegate.hold_tools = True
     with trio.fail_after(10):
         await execute(
-            session, delegate, 'store("k", 1); await tools.wait({})', tools=[tool("wait")]
+            session,
+            delegate,
+            'store("k", 1); await tools.wait({})',
+            tools=[tool("wait")],
+            observe_initial=False,
         )
         await delegate.until(lambda: len(delegate.invocations) == 1)
         await session.terminate("1")
@@ -261,7 +265,9 @@ async def test_termination_queued_before_start_emits_a_direct_terminal(
     session: Session, delegate: RecordingDelegate
 ) -> None:
     with trio.fail_after(10):
-        await execute(session, delegate, 'text("never seen?"); while (true) {}')
+        await execute(
+            session, delegate, 'text("never seen?"); while (true) {}', observe_initial=False
+        )
         outcome = await session.terminate("1")
     assert isinstance(outcome, LiveCell)
     assert isinstance(outcome.response, Terminated)
@@ -407,7 +413,9 @@ async def test_a_shielding_delegate_cannot_hold_termination_past_the_grace(
     delegate.hold_tools = True
     delegate.slow_cleanup = trio.Event()  # never set: the tool would shield forever
     with trio.fail_after(10):
-        await execute(session, delegate, "await tools.t({})", tools=[tool("t")])
+        await execute(
+            session, delegate, "await tools.t({})", tools=[tool("t")], observe_initial=False
+        )
         await delegate.until(lambda: len(delegate.invocations) == 1)
         with trio.fail_after(3):
             outcome = await session.terminate("1")
@@ -434,7 +442,8 @@ async def test_dropping_the_started_cell_frees_the_observer_slot(
         started = await execute(
             session, delegate, 'text("kept"); notify("ready"); await new Promise(() => {})'
         )
-        del started
+        with pytest.warns(ResourceWarning, match=r"exec cell '1' of session 'session-1'"):
+            del started
         # The notification follows the text: once the delegate has it, the output is buffered.
         await delegate.until(lambda: len(delegate.notifications) == 1)
         # Its `__del__` schedules the release with run_sync_soon: let it run.
@@ -454,7 +463,8 @@ async def test_a_wait_right_after_dropping_the_started_cell_observes_it(
             session, delegate, 'text("kept"); notify("ready"); await new Promise(() => {})'
         )
         await delegate.until(lambda: len(delegate.notifications) == 1)
-        del started  # no checkpoint from here to the wait's attach
+        with pytest.warns(ResourceWarning):
+            del started  # no checkpoint from here to the wait's attach
         outcome = await session.wait(wait_request(yield_time_ms=1))
         await session.terminate("1")
     assert texts(outcome) == ["kept"]

@@ -239,7 +239,12 @@ async def test_termination_cancels_pending_callbacks_before_responding(
 ) -> None:
     delegate.hold_notifications = True
     with trio.fail_after(10):
-        await execute(session, delegate, 'notify("pending"); await new Promise(() => {})')
+        await execute(
+            session,
+            delegate,
+            'notify("pending"); await new Promise(() => {})',
+            observe_initial=False,
+        )
         await delegate.until(lambda: len(delegate.notifications) == 1)
         outcome = await session.terminate("1")
         assert delegate.cancelled_notifications == ["pending"]
@@ -273,7 +278,9 @@ async def test_repeated_termination_is_rejected_while_callback_cleanup_is_pendin
     delegate.hold_tools = True
     delegate.slow_cleanup = trio.Event()
     with trio.fail_after(10):
-        await execute(session, delegate, "await tools.slow({})", tools=[tool("slow")])
+        await execute(
+            session, delegate, "await tools.slow({})", tools=[tool("slow")], observe_initial=False
+        )
         await delegate.until(lambda: len(delegate.invocations) == 1)
         async with trio.open_nursery() as nursery:
             first: list[object] = []
@@ -303,7 +310,9 @@ async def test_terminate_waits_for_delegate_cleanup_at_most_the_grace(
     delegate.hold_tools = True
     delegate.slow_cleanup = trio.Event()
     with trio.fail_after(10):
-        await execute(session, delegate, "await tools.slow({})", tools=[tool("slow")])
+        await execute(
+            session, delegate, "await tools.slow({})", tools=[tool("slow")], observe_initial=False
+        )
         await delegate.until(lambda: len(delegate.invocations) == 1)
         outcome = await session.terminate("1")
         assert outcome == LiveCell(response=Terminated(cell_id="1", content_items=[]))
@@ -356,7 +365,9 @@ async def test_termination_rejects_a_waiting_store_commit_before_the_next_cell_c
     delegate.hold_notifications = True
     with trio.fail_after(10):
         # The cell has finished its JS and waits for its notification before committing.
-        await execute(session, delegate, 'store("candidate", 1); notify("hold")')
+        await execute(
+            session, delegate, 'store("candidate", 1); notify("hold")', observe_initial=False
+        )
         await delegate.until(lambda: len(delegate.notifications) == 1)
         await session.terminate("1")
         response = await run(session, delegate, 'text(load("candidate"))')

@@ -550,7 +550,9 @@ async def test_cancelled_sync_tool_is_abandoned(session: Session) -> None:
     source = 'text("before"); text(await tools.block());'
     try:
         with trio.fail_after(10):
-            started = await execute(session, watch, source, tools=combined.definitions())
+            started = await execute(
+                session, watch, source, tools=combined.definitions(), observe_initial=False
+            )
             await entered.wait()
             outcome = await session.terminate(started.cell_id)
             await watch.returned.wait()

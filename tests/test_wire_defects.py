@@ -263,7 +263,13 @@ async def test_a_cancelled_shutdown_still_closes_every_cell(kind: str) -> None:
     delegate.slow_cleanup = trio.Event()
     with trio.fail_after(20):
         async with session_of(kind) as session:
-            await execute(session, delegate, "await tools.slow({})", tools=[tool("slow")])
+            await execute(
+                session,
+                delegate,
+                "await tools.slow({})",
+                tools=[tool("slow")],
+                observe_initial=False,
+            )
             await delegate.until(lambda: len(delegate.invocations) == 1)
             first = trio.CancelScope()
 
@@ -351,7 +357,9 @@ async def test_a_malformed_hello_fails_decoding_and_the_host_exits_with_an_error
 async def test_wait_and_terminate_after_shutdown_raise_shutting_down(kind: str) -> None:
     with trio.fail_after(20):
         async with session_of(kind) as session:
-            await execute(session, RecordingDelegate(), "await new Promise(() => {})")
+            await execute(
+                session, RecordingDelegate(), "await new Promise(() => {})", observe_initial=False
+            )
             await session.shutdown()
             with pytest.raises(SessionShuttingDownError):
                 await session.wait(WaitRequest(cell_id="1"))
@@ -472,7 +480,8 @@ async def test_a_started_cell_dropped_in_another_thread_releases_its_cell(kind: 
             ]
             # The last reference dies in a worker thread: its finalizer runs there and must
             # only schedule the release on the provider's trio thread.
-            await trio.to_thread.run_sync(holder.clear)
+            with pytest.warns(ResourceWarning):
+                await trio.to_thread.run_sync(holder.clear)
             gc.collect()
             await delegate.until(lambda: len(delegate.notifications) == 1)
             outcome = await session.wait(WaitRequest(cell_id="1", yield_time_ms=1))

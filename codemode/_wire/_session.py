@@ -271,6 +271,7 @@ class WireSession:
             partial(self._initial_response, binding, request_id, cell_id),
             partial(binding.link.release_initial, request_id),
             self._dropped,
+            session_id=binding.session_id,
             observe_initial=observe_initial,
         )
 

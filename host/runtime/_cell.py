@@ -20,8 +20,9 @@ Rules (design.md, runtime 5):
    step 6), a terminate a pass later, a shutdown. Else its task closes it, or on an abort the
    watch (`_watch`, rule 10).
 5. The initial observation belongs to the `StartedCell`: awaited once, or released (explicitly,
-   or when the `StartedCell` is dropped, or when its await is cancelled); after that, `wait`s
-   observe the cell and nothing the initial observation did not take is lost.
+   by `execute(..., observe_initial=False)`, when its await is cancelled, or when the
+   `StartedCell` is dropped, which warns); after that, `wait`s observe the cell and nothing
+   the initial observation did not take is lost.
 6. Frontier observers (`_frontier`) see the cell's quiescence; tool answers and timer firings
    reach the engine through the frontier, which holds them while the cell is paused.
 7. The cell is admitted holding an active-cell slot (`_admission`) and gives it back when its

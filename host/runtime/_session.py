@@ -74,6 +74,7 @@ class RuntimeSession:
         watch: the watch over cells without a task of their own (`_watch`), shared likewise
             and ended by the nursery's cancellation (default: a watch of its own, closed when
             the session has shut down).
+        session_id: the session's name in the warning of a `StartedCell` dropped unreleased.
     """
 
     def __init__(
@@ -87,8 +88,10 @@ class RuntimeSession:
         admission: Admission | None = None,
         workers: CallWorkers | None = None,
         watch: CellWatch | None = None,
+        session_id: str = "session",
     ) -> None:
         self._engine = engine
+        self._session_id = session_id
         self._nursery = nursery
         self._own_workers = workers is None
         self._workers = workers or CallWorkers(nursery, keep=SESSION_WORKERS)
@@ -144,6 +147,7 @@ class RuntimeSession:
             initial_response,
             cell.release_initial_observer,
             self._dropped,
+            session_id=self._session_id,
             observe_initial=observe_initial,
         )
 
