@@ -19,19 +19,26 @@ Rules:
    stops the host: it stops accepting, every connection is served to its end as if its
    client had closed it (sessions shut down, bounded), the socket is closed (a Unix socket's
    file removed) and the host exits with status 0.
+5. Connections are bounded (`_listen_limits.py`): a connection must complete its hello within
+   `--hello-timeout`; at most `--max-waiting-connections` wait for theirs (a new one past it
+   evicts the oldest) and at most `--max-connections` clients are in (one more is closed after
+   its hello). Each closing is logged with its reason. At start the host raises its soft limit
+   on open descriptors to the hard one.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import resource
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 
 import trio
+from codemode_host._listen_limits import ConnectionBook
 from codemode_host._listen_options import ListenSettings
 from codemode_host._options import HostOptions
 from codemode_host.engine import Engine, open_engine
@@ -61,10 +68,24 @@ def codemode_version() -> str:
 def run_listening(options: HostOptions) -> int:
     """Serve `options.listen` until stopped (rule 4); the exit status."""
     assert options.listen is not None
+    _raise_descriptor_limit()
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)  # nothing reads stdin: a listening host is nobody's child
     os.close(devnull)
     return trio.run(serve_listening, options.listen, options, _parent_pidfd())
+
+
+def _raise_descriptor_limit() -> None:
+    """Rule 5: every connection holds a descriptor; the soft limit (often 1,024) is not the
+    machine's."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as error:  # pragma: no cover - a hard limit we cannot take
+            logger.warning(
+                "could not raise the open-file limit from %d to %d: %s", soft, hard, error
+            )
 
 
 def _parent_pidfd() -> int | None:
@@ -97,6 +118,10 @@ async def serve_listening(
         settings=settings,
         admission=admission,
         codemode_version=codemode_version(),
+        book=ConnectionBook(
+            max_waiting=settings.max_waiting_connections,
+            max_connections=settings.max_connections,
+        ),
     )
     try:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -162,11 +187,40 @@ async def _serve_client(
     codemode_version: str,
     engine: Engine,
     stop: trio.Event,
+    book: ConnectionBook,
 ) -> None:
-    """Serve one accepted connection to its end (rules 2 and 3)."""
+    """Serve one accepted connection to its end (rules 2, 3 and 5)."""
     peer = _peer(stream)
     logger.info("client %s connected", peer)
     keep_alive(stream.socket)
+    with trio.CancelScope() as evicted:
+        key = book.arrived(peer, evicted)
+        try:
+            await _serve_stream(
+                stream,
+                peer,
+                settings,
+                admission,
+                codemode_version,
+                engine,
+                stop,
+                partial(book.ready, key),
+            )
+        finally:
+            book.left(key)
+
+
+async def _serve_stream(
+    stream: trio.SocketStream,
+    peer: str,
+    settings: ListenSettings,
+    admission: AdmissionLimits,
+    codemode_version: str,
+    engine: Engine,
+    stop: trio.Event,
+    on_ready: Callable[[], bool],
+) -> None:
+    """Serve the connection (over TLS when configured); whatever fails, it is closed."""
     served: trio.abc.Stream = stream
     try:
         if settings.ssl_context is not None:
@@ -187,6 +241,8 @@ async def _serve_client(
             codemode_version=codemode_version,
             stop=stop,
             inventory_signal=False,  # per connection, the signal handlers would nest badly
+            hello_timeout=settings.hello_timeout,
+            on_ready=on_ready,
         )
         logger.info("client %s disconnected (status %d)", peer, status)
     except Exception:

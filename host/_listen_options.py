@@ -1,4 +1,6 @@
-"""The listening options of `codemode-host`: `--listen`, `--token-file`, `--tls-cert`, `--tls-key`.
+"""The listening options of `codemode-host`: `--listen`, `--token-file`, `--tls-cert`, `--tls-key`,
+and the bounds on connections (`--hello-timeout`, `--max-waiting-connections`,
+`--max-connections`; `_listen_limits.py`).
 
 Checked with the other options (`_options.py`): a mistake prints one line and exits with
 status 2 before anything listens.
@@ -13,6 +15,7 @@ Rules:
    loopback address may go without one.
 3. `--tls-cert` and `--tls-key` come together, and only with `--listen`; the certificate and
    key are loaded here, so a bad one is a usage error, not a failed connection later.
+4. The connection bounds are positive and apply only with `--listen`.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from codemode_host._listen_limits import HELLO_TIMEOUT, MAX_CONNECTIONS, MAX_WAITING_CONNECTIONS
 
 if TYPE_CHECKING:  # loaded by `listen_settings` when it listens: a stdio host does without it
     from codemode._trio._sockets import HostAddress
@@ -37,6 +42,9 @@ class ListenSettings:
     address: HostAddress
     token: str | None = field(default=None, repr=False)
     ssl_context: ssl.SSLContext | None = None
+    hello_timeout: float = HELLO_TIMEOUT
+    max_waiting_connections: int = MAX_WAITING_CONNECTIONS
+    max_connections: int = MAX_CONNECTIONS
 
 
 def add_listen_options(parser: argparse.ArgumentParser) -> None:
@@ -60,6 +68,30 @@ def add_listen_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--tls-cert", metavar="PATH", default=None, help="TLS certificate (PEM)")
     group.add_argument("--tls-key", metavar="PATH", default=None, help="TLS private key (PEM)")
+    group.add_argument(
+        "--hello-timeout",
+        metavar="SECONDS",
+        type=float,
+        default=None,
+        help=f"close a connection that has not completed its hello by then (default"
+        f" {HELLO_TIMEOUT:g})",
+    )
+    group.add_argument(
+        "--max-waiting-connections",
+        metavar="N",
+        type=int,
+        default=None,
+        help="connections at once that have not completed their hello; past it the oldest is"
+        f" closed (default {MAX_WAITING_CONNECTIONS})",
+    )
+    group.add_argument(
+        "--max-connections",
+        metavar="N",
+        type=int,
+        default=None,
+        help=f"clients connected at once; one more is closed after its hello (default"
+        f" {MAX_CONNECTIONS})",
+    )
 
 
 def listen_settings(
@@ -67,8 +99,9 @@ def listen_settings(
 ) -> ListenSettings | None:
     """The settings the parsed options name (None: serve stdin/stdout); a mistake ends the
     program through `parser.error` (status 2)."""
+    bounds = ("hello_timeout", "max_waiting_connections", "max_connections")
     if arguments.listen is None:
-        for name in ("token_file", "tls_cert", "tls_key"):
+        for name in ("token_file", "tls_cert", "tls_key", *bounds):
             if getattr(arguments, name) is not None:
                 parser.error(f"--{name.replace('_', '-')} only applies with --listen")
         return None
@@ -84,7 +117,18 @@ def listen_settings(
             f"refusing to listen on {address} without a token: only a loopback address or a"
             f" Unix socket may be served without one (--token-file or ${TOKEN_VARIABLE})"
         )
-    return ListenSettings(address=address, token=token, ssl_context=_tls(parser, arguments))
+    for name in bounds:
+        value = getattr(arguments, name)
+        if value is not None and not value > 0:
+            parser.error(f"--{name.replace('_', '-')} must be positive, got {value:g}")
+    return ListenSettings(
+        address=address,
+        token=token,
+        ssl_context=_tls(parser, arguments),
+        hello_timeout=arguments.hello_timeout or HELLO_TIMEOUT,
+        max_waiting_connections=arguments.max_waiting_connections or MAX_WAITING_CONNECTIONS,
+        max_connections=arguments.max_connections or MAX_CONNECTIONS,
+    )
 
 
 def _token(parser: argparse.ArgumentParser, path: str | None) -> str | None:

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import signal
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import trio
 from codemode_host.engine import Engine, open_engine
@@ -41,6 +42,7 @@ from codemode.protocol import (
     NEED_DATA,
     CancelRequested,
     ConnectionEnded,
+    ConnectionState,
     DelegateAnswered,
     HandshakeCompleted,
     HandshakeRejected,
@@ -73,6 +75,8 @@ async def serve_connection(
     codemode_version: str | None = None,
     stop: trio.Event | None = None,
     inventory_signal: bool = True,
+    hello_timeout: float | None = None,
+    on_ready: Callable[[], bool] | None = None,
 ) -> int:
     """Serve the protocol on one stream pair until the client goes away; the exit status.
 
@@ -94,6 +98,10 @@ async def serve_connection(
         codemode_version: the version the client's hello must name (None: not checked).
         stop: once set, the host stops serving as if the client had closed the stream.
         inventory_signal: log the inventory on SIGUSR1 (from the main thread only).
+        hello_timeout: seconds the client has to complete its hello, else the connection is
+            closed with a logged reason (None: no deadline, as on a host's own pipes).
+        on_ready: called when the handshake completed; False closes the connection (the
+            listener's cap on clients, which logs why).
     """
     admission = admission or AdmissionLimits()
     connection = HostConnection(
@@ -126,12 +134,22 @@ async def serve_connection(
             if inventory_signal and threading.current_thread() is threading.main_thread():
                 await work.start(_log_inventory_on_signal, requests, connection)
             with trio.CancelScope() as reading:
+                if hello_timeout is not None:
+                    reading.deadline = trio.current_time() + hello_timeout
                 if parent_pidfd is not None:
                     work.start_soon(_watch_parent, parent_pidfd, reading)
                 if stop is not None:
                     work.start_soon(_stop_reading, stop, reading)
-                status = await _read(receive, connection, requests, wire)
+                status = await _read(receive, connection, requests, wire, reading, on_ready)
                 reading.cancel()
+            if (
+                reading.cancelled_caught
+                and connection.state is ConnectionState.HANDSHAKING
+                and hello_timeout is not None
+                and trio.current_time() >= reading.deadline
+            ):
+                logger.warning("closed a connection: no hello within %g s", hello_timeout)
+                status = 1
             requests.disconnect()
             with trio.move_on_after(SHUTDOWN_TIMEOUT) as bounded:
                 await requests.shutdown()
@@ -149,6 +167,8 @@ async def _read(
     connection: HostConnection,
     requests: Requests,
     wire: FrameWriter,
+    reading: trio.CancelScope,
+    on_ready: Callable[[], bool] | None,
 ) -> int:
     """Feed the connection and dispatch its events until the client is gone; the status."""
     reader = ChunkReader(receive, READ_CHUNK)
@@ -169,7 +189,9 @@ async def _read(
                 case DelegateAnswered(call_id=call_id, result=result):
                     requests.answered(call_id, result)
                 case HandshakeCompleted():
-                    pass
+                    reading.deadline = math.inf  # the hello deadline is met
+                    if on_ready is not None and not on_ready():
+                        return 1
                 case HandshakeRejected(reason=reason):
                     logger.warning("refused a client: %s", describe_rejection(reason))
                     return 0

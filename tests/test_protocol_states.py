@@ -36,7 +36,7 @@ from codemode.protocol import (
     ToolInvoke,
     ToolResult,
 )
-from codemode.protocol._states import Link
+from codemode.protocol._states import ConnectionState
 from tests.protocol_pair import Pair
 from tests.test_protocol_connections import REQUEST, opened, start
 
@@ -108,7 +108,7 @@ def test_after_a_protocol_error_every_client_operation_raises() -> None:
     with pytest.raises(RemoteProtocolError, match="failed to decode"):
         client.next_event()
     # The next frame (a second handshake answer, also a protocol error) is never decoded.
-    assert client.state is Link.ERROR
+    assert client.state is ConnectionState.ERROR
     assert not _is_open(client)
     _assert_poisoned(_client_operations(client))
     queued = client.data_to_send()
@@ -128,7 +128,7 @@ def test_clean_up_notifications_are_accepted_after_the_error() -> None:
     assert client.send_delegate_response(1, Ok(value=ToolResult(result=1))) is False
     assert client.data_to_send() == b""
     assert client.connection_lost() == [("s", "1")]  # the cells the adapter must end
-    assert client.state is Link.ERROR, "the adapter's report of the loss keeps the error"
+    assert client.state is ConnectionState.ERROR, "the adapter's report of the loss keeps the error"
     _assert_poisoned(_client_operations(client))
 
 
@@ -147,14 +147,14 @@ def test_any_exception_inside_next_event_poisons_the_connection(
     pair.client.receive_data(pair.host.data_to_send())
     with pytest.raises(KeyError):
         pair.client.next_event()
-    assert pair.client.state is Link.ERROR
+    assert pair.client.state is ConnectionState.ERROR
     _assert_poisoned(_client_operations(pair.client))
 
 
 def test_send_failed_poisons_the_connection() -> None:
     pair = opened()
     pair.client.send_failed()
-    assert pair.client.state is Link.ERROR
+    assert pair.client.state is ConnectionState.ERROR
     _assert_poisoned(_client_operations(pair.client))
     pair.host.send_failed()
     _assert_poisoned(_host_operations(pair.host))
@@ -166,7 +166,7 @@ def test_after_a_protocol_error_every_host_operation_raises() -> None:
     pair.host.receive_data(_encoder.encode(Hello(supported_versions=[1])))
     with pytest.raises(RemoteProtocolError, match="second code-mode client hello"):
         pair.host.next_event()
-    assert pair.host.state is Link.ERROR
+    assert pair.host.state is ConnectionState.ERROR
     _assert_poisoned(_host_operations(pair.host))
     pair.host.cancel_call(1)  # a clean-up notification: accepted, does nothing
 
@@ -175,7 +175,7 @@ def test_the_end_of_the_stream_closes_without_an_error() -> None:
     pair = opened()
     pair.client.receive_data(b"")
     pair.client.next_event()
-    assert pair.client.state is Link.CLOSED
+    assert pair.client.state is ConnectionState.CLOSED
     with pytest.raises(LocalProtocolError, match="connection is closed"):
         pair.client.open_session("t", None)
 
@@ -201,7 +201,7 @@ def test_a_request_body_that_does_not_decode_is_answered_for_its_id() -> None:
         kind=ErrorKind.INVALID_REQUEST,
         message="invalid code-mode request: Expected `str`, got `int` - at `$.request.request.source`",
     )
-    assert pair.host.state is Link.OPEN
+    assert pair.host.state is ConnectionState.OPEN
     # Its id is spent: a repeat is a protocol error, as for any finished request.
     pair.host.receive_data(_raw(tree))
     with pytest.raises(RemoteProtocolError, match="duplicate code-mode request ID 7"):
@@ -213,7 +213,7 @@ def test_before_the_handshake_a_broken_frame_ends_the_connection() -> None:
     host.receive_data(_raw({"type": "operation/request", "id": 1, "request": {}}))
     with pytest.raises(RemoteProtocolError, match="failed to decode"):
         host.next_event()
-    assert host.state is Link.ERROR
+    assert host.state is ConnectionState.ERROR
 
 
 def _execute_tree_source() -> Execute:

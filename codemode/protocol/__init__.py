@@ -84,6 +84,7 @@ from ._messages import Wait as Wait
 from ._messages import WaitCompleted as WaitCompleted
 from ._messages import WaitToPending as WaitToPending
 from ._messages import describe_rejection as describe_rejection
+from ._states import ConnectionState as ConnectionState
 from ._statetable import IllegalMoveError as IllegalMoveError
 from ._statetable import StateTable as StateTable
 

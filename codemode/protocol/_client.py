@@ -86,7 +86,7 @@ from ._messages import (
 )
 from ._operations import Kind, PendingOperation
 from ._reverse import DelegateResult, ReverseCalls
-from ._states import Link, LinkTrigger, SessionBook, SessionState, SessionTrigger
+from ._states import ConnectionState, ConnectionTrigger, SessionBook, SessionState, SessionTrigger
 
 ClientEvent = (
     HandshakeCompleted
@@ -153,7 +153,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
     def connection_lost(self) -> list[tuple[str, str]]:
         """The connection is over (host gone, stream broken, protocol error): forget
         everything. Returns the (session id, cell id) of every cell not yet closed."""
-        self._move(LinkTrigger.ENDED)
+        self._move(ConnectionTrigger.ENDED)
         self._events.clear()
         live = [key for key, view in self._cells.cells.items() if not view.closed]
         self._pending.clear()
@@ -311,11 +311,11 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
 
     def _receive_handshake(self, message: HostMessage) -> None:
         if isinstance(message, Rejected):
-            self._move(LinkTrigger.REFUSED)
+            self._move(ConnectionTrigger.REFUSED)
             self._events.append(HandshakeRejected(reason=message.reason))
             return
         ready = checked_ready(message, self._offered)
-        self._move(LinkTrigger.READY)
+        self._move(ConnectionTrigger.READY)
         self.capabilities = frozenset(ready.capabilities)
         self.admission = ready.admission
         self._events.append(HandshakeCompleted(capabilities=self.capabilities))
@@ -483,9 +483,9 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         if self._open and not self._handshaking:
             return
         self._check_not_failed()
-        if self._state is Link.CLOSED:
+        if self._state is ConnectionState.CLOSED:
             raise LocalProtocolError("the code-mode host connection is closed")
-        if self._state is Link.HANDSHAKING:
+        if self._state is ConnectionState.HANDSHAKING:
             raise LocalProtocolError("the code-mode handshake has not completed")
 
     def _check_session(self, session_id: str) -> None:

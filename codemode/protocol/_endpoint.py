@@ -17,7 +17,7 @@ from typing import Generic, TypeVar
 from ._codec import NEED_DATA, FrameDecodeError, FrameDecoder, FrameEncoder, NeedData
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._events import ConnectionEnded
-from ._states import CONNECTION, Link, LinkTrigger
+from ._states import CONNECTION, ConnectionState, ConnectionTrigger
 
 M = TypeVar("M")
 """The messages this side receives."""
@@ -33,7 +33,7 @@ class Endpoint(Generic[M, E]):
         self._decoder: FrameDecoder[M] = FrameDecoder(incoming)  # type: ignore[arg-type]
         self._outgoing = bytearray()
         self._events: collections.deque[E | ConnectionEnded] = collections.deque()
-        self._state = Link.HANDSHAKING
+        self._state = ConnectionState.HANDSHAKING
         # Derived from `_state` by `_move`, read on every event and operation: an attribute
         # load where a property or an enum comparison cost a call per cell (instructions.py).
         self._open = True
@@ -44,7 +44,7 @@ class Endpoint(Generic[M, E]):
         self._eof = False
 
     @property
-    def state(self) -> Link:
+    def state(self) -> ConnectionState:
         """Where the connection stands: handshaking, open, closed or error."""
         return self._state
 
@@ -55,7 +55,7 @@ class Endpoint(Generic[M, E]):
 
     def send_failed(self) -> None:
         """The adapter could not write what this connection queued: it is broken (ERROR)."""
-        self._fail("sending failed", LinkTrigger.SEND_FAILED)
+        self._fail("sending failed", ConnectionTrigger.SEND_FAILED)
 
     def data_to_send(self) -> bytes:
         """Every frame queued since the last call, in order (b"" when there is none)."""
@@ -105,16 +105,16 @@ class Endpoint(Generic[M, E]):
                         return NEED_DATA
                     if self._decoder.buffered:
                         raise RemoteProtocolError("EOF inside a code-mode IPC frame")
-                    self._move(LinkTrigger.ENDED)
+                    self._move(ConnectionTrigger.ENDED)
                     return ConnectionEnded()
                 self._receive(message)
             return self._events.popleft()
         except RemoteProtocolError as error:
-            self._fail(str(error), LinkTrigger.PROTOCOL_ERROR)
+            self._fail(str(error), ConnectionTrigger.PROTOCOL_ERROR)
             raise
         except BaseException as error:
             # A bug on this side (or a MemoryError) inside the machine: its state is unknown.
-            self._fail(f"{type(error).__name__}: {error}", LinkTrigger.PROTOCOL_ERROR)
+            self._fail(f"{type(error).__name__}: {error}", ConnectionTrigger.PROTOCOL_ERROR)
             raise
 
     def _undecodable(self, error: FrameDecodeError) -> None:
@@ -122,14 +122,14 @@ class Endpoint(Generic[M, E]):
         answer it (the host, after the handshake)."""
         raise error
 
-    def _move(self, trigger: LinkTrigger) -> None:
+    def _move(self, trigger: ConnectionTrigger) -> None:
         state = self._state = CONNECTION.move(self._state, trigger)
-        self._handshaking = state is Link.HANDSHAKING
-        self._open = self._handshaking or state is Link.OPEN
-        self._failed = state is Link.ERROR
+        self._handshaking = state is ConnectionState.HANDSHAKING
+        self._open = self._handshaking or state is ConnectionState.OPEN
+        self._failed = state is ConnectionState.ERROR
         self._closed = not self._open
 
-    def _fail(self, reason: str, trigger: LinkTrigger) -> None:
+    def _fail(self, reason: str, trigger: ConnectionTrigger) -> None:
         if self._failure is None:
             self._failure = reason
         self._move(trigger)

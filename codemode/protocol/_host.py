@@ -103,7 +103,7 @@ from ._messages import (
 )
 from ._recent import RecentIds, RecentNumbers
 from ._salvage import salvage
-from ._states import SESSION, Link, LinkTrigger, SessionState, SessionTrigger
+from ._states import SESSION, ConnectionState, ConnectionTrigger, SessionState, SessionTrigger
 
 HostEvent = (
     HandshakeCompleted
@@ -307,7 +307,7 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
     def _undecodable(self, error: FrameDecodeError) -> None:
         """Rule 9: after the handshake, a request or a delegate answer whose body does not
         decode fails that request or that call; anything else is fatal."""
-        salvaged = None if self._state is Link.HANDSHAKING else salvage(error.payload)
+        salvaged = None if self._state is ConnectionState.HANDSHAKING else salvage(error.payload)
         if salvaged is None:
             raise error
         kind, message_id = salvaged
@@ -340,7 +340,7 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
             if capability not in offered:
                 self._reject(MissingRequiredCapability(capability=capability))
                 return
-        self._move(LinkTrigger.READY)
+        self._move(ConnectionTrigger.READY)
         self.capabilities = offered
         self._queue(
             Ready(
@@ -366,7 +366,7 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
 
     def _reject(self, reason: RejectReason) -> None:
         self._queue(Rejected(reason=reason))
-        self._move(LinkTrigger.REFUSED)
+        self._move(ConnectionTrigger.REFUSED)
         self._events.append(HandshakeRejected(reason=reason))
 
     def _on_request(self, request_id: int, request: HostRequest) -> None:

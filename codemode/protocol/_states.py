@@ -20,14 +20,14 @@ from ._errors import LocalProtocolError
 from ._statetable import StateTable
 
 
-class Link(enum.Enum):
+class ConnectionState(enum.Enum):
     HANDSHAKING = "handshaking"
     OPEN = "open"
     CLOSED = "closed"
     ERROR = "error"
 
 
-class LinkTrigger(enum.Enum):
+class ConnectionTrigger(enum.Enum):
     READY = "handshake completed"
     REFUSED = "handshake refused"
     ENDED = "ended"
@@ -35,29 +35,29 @@ class LinkTrigger(enum.Enum):
     SEND_FAILED = "send failed"
 
 
-CONNECTION: StateTable[Link, LinkTrigger] = StateTable(
+CONNECTION: StateTable[ConnectionState, ConnectionTrigger] = StateTable(
     "wire connection",
     {
-        Link.HANDSHAKING: {
-            LinkTrigger.READY: Link.OPEN,
-            LinkTrigger.REFUSED: Link.CLOSED,
-            LinkTrigger.ENDED: Link.CLOSED,
-            LinkTrigger.PROTOCOL_ERROR: Link.ERROR,
-            LinkTrigger.SEND_FAILED: Link.ERROR,
+        ConnectionState.HANDSHAKING: {
+            ConnectionTrigger.READY: ConnectionState.OPEN,
+            ConnectionTrigger.REFUSED: ConnectionState.CLOSED,
+            ConnectionTrigger.ENDED: ConnectionState.CLOSED,
+            ConnectionTrigger.PROTOCOL_ERROR: ConnectionState.ERROR,
+            ConnectionTrigger.SEND_FAILED: ConnectionState.ERROR,
         },
-        Link.OPEN: {
-            LinkTrigger.ENDED: Link.CLOSED,
-            LinkTrigger.PROTOCOL_ERROR: Link.ERROR,
-            LinkTrigger.SEND_FAILED: Link.ERROR,
+        ConnectionState.OPEN: {
+            ConnectionTrigger.ENDED: ConnectionState.CLOSED,
+            ConnectionTrigger.PROTOCOL_ERROR: ConnectionState.ERROR,
+            ConnectionTrigger.SEND_FAILED: ConnectionState.ERROR,
         },
-        Link.CLOSED: {
-            LinkTrigger.ENDED: Link.CLOSED,
-            LinkTrigger.SEND_FAILED: Link.CLOSED,
+        ConnectionState.CLOSED: {
+            ConnectionTrigger.ENDED: ConnectionState.CLOSED,
+            ConnectionTrigger.SEND_FAILED: ConnectionState.CLOSED,
         },
-        Link.ERROR: {
-            LinkTrigger.ENDED: Link.ERROR,
-            LinkTrigger.PROTOCOL_ERROR: Link.ERROR,
-            LinkTrigger.SEND_FAILED: Link.ERROR,
+        ConnectionState.ERROR: {
+            ConnectionTrigger.ENDED: ConnectionState.ERROR,
+            ConnectionTrigger.PROTOCOL_ERROR: ConnectionState.ERROR,
+            ConnectionTrigger.SEND_FAILED: ConnectionState.ERROR,
         },
     },
     error=LocalProtocolError,
