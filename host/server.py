@@ -36,9 +36,10 @@ from codemode_host.engine import Engine, open_engine
 from codemode_host.runtime import worker_ceiling
 
 from codemode import AdmissionLimits
-from codemode._trio import ChunkReader, FrameWriter
+from codemode._trio import ChunkReader, FrameWriter, Heartbeat
 from codemode.protocol import (
     CAPABILITIES,
+    HEARTBEAT_CAPABILITY,
     NEED_DATA,
     CancelRequested,
     ConnectionEnded,
@@ -133,6 +134,23 @@ async def serve_connection(
             requests = Requests(engine, connection, work, wire.flush, admission)
             if inventory_signal and threading.current_thread() is threading.main_thread():
                 await work.start(_log_inventory_on_signal, requests, connection)
+            heartbeat = Heartbeat()
+
+            def ping() -> bool:
+                sent = connection.ping()
+                wire.flush()
+                return sent
+
+            def silent(reason: str) -> None:
+                # A stopped client whose socket stays open: served to its end as if it had
+                # closed the stream (its sessions shut down).
+                logger.warning("closing a connection: the client sent %s", reason)
+                reading.cancel()
+
+            def handshake_completed() -> None:
+                if HEARTBEAT_CAPABILITY in connection.capabilities:
+                    work.start_soon(heartbeat.run, ping, silent)
+
             with trio.CancelScope() as reading:
                 if hello_timeout is not None:
                     reading.deadline = trio.current_time() + hello_timeout
@@ -140,7 +158,16 @@ async def serve_connection(
                     work.start_soon(_watch_parent, parent_pidfd, reading)
                 if stop is not None:
                     work.start_soon(_stop_reading, stop, reading)
-                status = await _read(receive, connection, requests, wire, reading, on_ready)
+                status = await _read(
+                    receive,
+                    connection,
+                    requests,
+                    wire,
+                    reading,
+                    on_ready,
+                    heartbeat,
+                    handshake_completed,
+                )
                 reading.cancel()
             if (
                 reading.cancelled_caught
@@ -169,6 +196,8 @@ async def _read(
     wire: FrameWriter,
     reading: trio.CancelScope,
     on_ready: Callable[[], bool] | None,
+    heartbeat: Heartbeat,
+    handshake_completed: Callable[[], None],
 ) -> int:
     """Feed the connection and dispatch its events until the client is gone; the status."""
     reader = ChunkReader(receive, READ_CHUNK)
@@ -177,7 +206,9 @@ async def _read(
             event = connection.next_event()
             if event is NEED_DATA:
                 wire.flush()
-                connection.receive_data(await reader.receive_some())
+                data = await reader.receive_some()
+                heartbeat.heard()
+                connection.receive_data(data)
                 continue
             match event:
                 case RequestReceived(request_id=request_id, request=request):
@@ -192,6 +223,7 @@ async def _read(
                     reading.deadline = math.inf  # the hello deadline is met
                     if on_ready is not None and not on_ready():
                         return 1
+                    handshake_completed()
                 case HandshakeRejected(reason=reason):
                     logger.warning("refused a client: %s", describe_rejection(reason))
                     return 0

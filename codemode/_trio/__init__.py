@@ -23,6 +23,7 @@ from ._callbacks import CallWorkers as CallWorkers
 from ._callbacks import DelegateCall as DelegateCall
 from ._containment import contained as contained
 from ._detached import open_detached_nursery as open_detached_nursery
+from ._heartbeat import Heartbeat as Heartbeat
 from ._nursery import open_service_nursery as open_service_nursery
 from ._once import RunOnce as RunOnce
 from ._oneshot import OneShot as OneShot

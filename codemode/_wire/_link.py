@@ -37,12 +37,14 @@ from .._trio import (
     CallWorkers,
     ChunkReader,
     FrameWriter,
+    Heartbeat,
     OneShot,
     open_service_nursery,
 )
 from ..errors import HostLostError
 from ..protocol import (
     CAPABILITIES,
+    HEARTBEAT_CAPABILITY,
     NEED_DATA,
     Answered,
     CellEnded,
@@ -118,6 +120,7 @@ class HostLink:
         self._opened = False
         self._life: trio.CancelScope | None = None
         self._writer: FrameWriter | None = None
+        self._heartbeat = Heartbeat()
         self._handshake: OneShot[HandshakeCompleted | HandshakeRejected | None] = OneShot()
         # Slots of the callers awaiting answers, with the session each request was for.
         self._answers: dict[int, tuple[OneShot[HostResult | HostLostError], str]] = {}
@@ -174,6 +177,8 @@ class HostLink:
                     nursery.start_soon(self._writer.run, self._write_failed)
                     nursery.start_soon(self._read, receive)
                     await self._shake_hands()
+                    if HEARTBEAT_CAPABILITY in self._connection.capabilities:
+                        nursery.start_soon(self._heartbeat.run, self._ping, self._silent)
                     self._life.shield = True  # rule 3
                     task_status.started()
                     await self._ended.wait()
@@ -257,6 +262,16 @@ class HostLink:
         if self._writer is not None:
             self._writer.flush()
 
+    def _ping(self) -> bool:
+        sent = self._connection.ping()
+        self._flush()
+        return sent
+
+    def _silent(self, reason: str) -> None:
+        # A stopped or wedged host: its socket may stay open (its kernel still answers TCP
+        # keepalive), so only its silence tells. Lost: everything pending fails, it is killed.
+        self._lost(f"code-mode host stopped answering: {reason}")
+
     def _write_failed(self, error: BaseException) -> None:
         self._lost(f"failed to write code-mode host message: {error}", error)
 
@@ -265,6 +280,7 @@ class HostLink:
         try:
             while True:
                 data = await reader.receive_some()
+                self._heartbeat.heard()
                 self._connection.receive_data(data)
                 self._pump()
                 if not self._connection.is_open:

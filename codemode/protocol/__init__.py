@@ -37,6 +37,7 @@ from ._events import InitialAnswered as InitialAnswered
 from ._events import PreemptRequested as PreemptRequested
 from ._events import RequestReceived as RequestReceived
 from ._messages import CAPABILITIES as CAPABILITIES
+from ._messages import HEARTBEAT_CAPABILITY as HEARTBEAT_CAPABILITY
 from ._messages import INVENTORY_CAPABILITY as INVENTORY_CAPABILITY
 from ._messages import LIMITS_CAPABILITY as LIMITS_CAPABILITY
 from ._messages import PENDING_FRONTIER_CAPABILITY as PENDING_FRONTIER_CAPABILITY
@@ -69,6 +70,8 @@ from ._messages import OperationCancel as OperationCancel
 from ._messages import OperationRequest as OperationRequest
 from ._messages import OperationResponse as OperationResponse
 from ._messages import OperationYield as OperationYield
+from ._messages import Ping as Ping
+from ._messages import Pong as Pong
 from ._messages import Ready as Ready
 from ._messages import Rejected as Rejected
 from ._messages import RejectReason as RejectReason

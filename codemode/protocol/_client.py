@@ -75,6 +75,8 @@ from ._messages import (
     OperationRequest,
     OperationResponse,
     OperationYield,
+    Ping,
+    Pong,
     Ready,
     Rejected,
     SessionClosed,
@@ -121,7 +123,6 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         token: str | None = None,
     ) -> None:
         super().__init__(HostMessage)
-        self.capabilities: frozenset[str] = frozenset()
         self.admission: AdmissionLimits | None = None
         """The limits the host advertised in `connection/ready` (None: it did not)."""
         self._next_id = 1
@@ -308,6 +309,8 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
                 self._on_cell_closed(session_id, cell_id)
             case Ready() | Rejected():
                 raise RemoteProtocolError("code-mode host sent a second handshake response")
+            case Ping() | Pong():
+                self._heartbeat(message)
 
     def _receive_handshake(self, message: HostMessage) -> None:
         if isinstance(message, Rejected):

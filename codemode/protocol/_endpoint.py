@@ -17,6 +17,7 @@ from typing import Generic, TypeVar
 from ._codec import NEED_DATA, FrameDecodeError, FrameDecoder, FrameEncoder, NeedData
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._events import ConnectionEnded
+from ._messages import HEARTBEAT_CAPABILITY, Ping, Pong
 from ._states import CONNECTION, ConnectionState, ConnectionTrigger
 
 M = TypeVar("M")
@@ -34,6 +35,8 @@ class Endpoint(Generic[M, E]):
         self._outgoing = bytearray()
         self._events: collections.deque[E | ConnectionEnded] = collections.deque()
         self._state = ConnectionState.HANDSHAKING
+        self.capabilities: frozenset[str] = frozenset()
+        """What the handshake selected (empty until it completed)."""
         # Derived from `_state` by `_move`, read on every event and operation: an attribute
         # load where a property or an enum comparison cost a call per cell (instructions.py).
         self._open = True
@@ -52,6 +55,24 @@ class Endpoint(Generic[M, E]):
     def is_open(self) -> bool:
         """True from construction until the connection ended, failed or was refused."""
         return self._open
+
+    def ping(self) -> bool:
+        """Queue `connection/ping` when both ends agreed on heartbeats and the connection is
+        open; False (nothing queued) otherwise. The peer answers with `connection/pong`; any
+        frame from it shows it is alive (the adapter times that)."""
+        if self._state is not ConnectionState.OPEN or HEARTBEAT_CAPABILITY not in self.capabilities:
+            return False
+        self._queue(Ping())
+        return True
+
+    def _heartbeat(self, message: Ping | Pong) -> None:
+        """A ping is answered at once; a pong needs nothing (its bytes were the answer)."""
+        if HEARTBEAT_CAPABILITY not in self.capabilities:
+            raise RemoteProtocolError(
+                f"{type(message).__name__.lower()} without the `{HEARTBEAT_CAPABILITY}` capability"
+            )
+        if isinstance(message, Ping):
+            self._queue(Pong())
 
     def send_failed(self) -> None:
         """The adapter could not write what this connection queued: it is broken (ERROR)."""

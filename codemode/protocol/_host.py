@@ -89,6 +89,8 @@ from ._messages import (
     OperationRequest,
     OperationResponse,
     OperationYield,
+    Ping,
+    Pong,
     Ready,
     Rejected,
     RejectReason,
@@ -154,7 +156,6 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
         self._codemode_version = codemode_version
         self.admission = admission or AdmissionLimits()
         super().__init__(ClientMessage)
-        self.capabilities: frozenset[str] = frozenset()
         self._active: dict[int, HostRequest] = {}
         self._finished = RecentNumbers()
         self._sessions: dict[str, SessionState] = {}
@@ -303,6 +304,8 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
                     self._events.append(DelegateAnswered(call_id=call_id, result=result))
             case Hello():
                 raise RemoteProtocolError("received a second code-mode client hello")
+            case Ping() | Pong():
+                self._heartbeat(message)
 
     def _undecodable(self, error: FrameDecodeError) -> None:
         """Rule 9: after the handshake, a request or a delegate answer whose body does not

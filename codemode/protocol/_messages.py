@@ -8,6 +8,7 @@ throughout: this is codemode's own wire, not a byte-compatible copy of the refer
     client -> host   Hello, OperationRequest, OperationCancel, OperationYield, DelegateResponse
     host -> client   Ready, Rejected, OperationResponse, InitialResponse, DelegateRequest,
                      DelegateCancel, CellClosed
+    both ways        Ping, Pong (with the heartbeat capability)
 
 Rules (design.md, host 2.2; pinned by `invalid_protocol_states_cannot_be_constructed_or_decoded`):
 1. Invalid states cannot be built nor decoded: an empty session id, a version below 1, an empty
@@ -46,11 +47,15 @@ YIELD_CAPABILITY = "yield-observation"
 """Enables `operation/yield`: an active observation returns `Yielded` now (preempt)."""
 INVENTORY_CAPABILITY = "cell-inventory"
 """Enables `session/cells`: the session's live cells (`Session.cells()`)."""
+HEARTBEAT_CAPABILITY = "heartbeat"
+"""Enables `connection/ping` and `connection/pong`, both ways: a peer that stops answering is
+noticed even when its socket stays open (docs/protocol.md, "Heartbeats")."""
 CAPABILITIES = (
     LIMITS_CAPABILITY,
     PENDING_FRONTIER_CAPABILITY,
     YIELD_CAPABILITY,
     INVENTORY_CAPABILITY,
+    HEARTBEAT_CAPABILITY,
 )
 """Everything this version of codemode speaks, host and client alike."""
 
@@ -345,6 +350,14 @@ class OperationYield(_Message, tag="operation/yield", frozen=True):
         _check_id(self.id)
 
 
+class Ping(_Message, tag="connection/ping", frozen=True):
+    """Are you there? Answered with `Pong` at once. Either side, with `HEARTBEAT_CAPABILITY`."""
+
+
+class Pong(_Message, tag="connection/pong", frozen=True):
+    """The answer to a `Ping`."""
+
+
 class OperationResponse(_Message, tag="operation/response", frozen=True):
     id: RequestId
     result: Ok[HostResponse] | Err
@@ -418,7 +431,7 @@ class CellClosed(_Message, tag="cell/closed", frozen=True):
 
 
 ClientMessage: TypeAlias = (
-    Hello | OperationRequest | OperationCancel | OperationYield | DelegateResponse
+    Hello | OperationRequest | OperationCancel | OperationYield | DelegateResponse | Ping | Pong
 )
 HostMessage: TypeAlias = (
     Ready
@@ -428,4 +441,6 @@ HostMessage: TypeAlias = (
     | DelegateRequest
     | DelegateCancel
     | CellClosed
+    | Ping
+    | Pong
 )
