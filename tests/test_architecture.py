@@ -158,3 +158,36 @@ def test_only_the_optional_ray_package_imports_ray() -> None:
             continue
         assert not _ours(names, "ray"), path
         assert not _ours(names, "codemode.ray"), path
+
+
+AIO_MAY_IMPORT = ("codemode._tool_threads",)
+
+
+def test_the_asyncio_bridge_imports_the_front_door_and_the_tool_threads() -> None:
+    for path, _, names in _modules("codemode/aio", "codemode.aio"):
+        for name in _ours(names, "codemode"):
+            if name.startswith("codemode.aio"):
+                continue
+            front_door = name.count(".") == 1 and not name.split(".")[1].startswith("_")
+            front_door = front_door and name.split(".")[1] not in {
+                "process",
+                "inprocess",
+                "protocol",
+                "remote",
+                "mcp",
+                "ray",
+            }
+            if name == "codemode" or front_door or name.startswith("codemode.model."):
+                assert not name.startswith("codemode.model._"), (path, name)
+                continue
+            allowed = any(name == a or name.startswith(a + ".") for a in AIO_MAY_IMPORT)
+            assert allowed, (path, name)
+        assert not _ours(names, "codemode_host"), path
+
+
+def test_only_the_asyncio_bridge_and_the_integrations_import_asyncio() -> None:
+    for path, owner, names in _modules("codemode", "codemode"):
+        if owner.startswith(("codemode.aio", "codemode.integrations")):
+            continue
+        assert not _ours(names, "asyncio"), path
+        assert not _ours(names, "codemode.aio"), path
