@@ -191,3 +191,31 @@ def test_only_the_asyncio_bridge_and_the_integrations_import_asyncio() -> None:
             continue
         assert not _ours(names, "asyncio"), path
         assert not _ours(names, "codemode.aio"), path
+
+
+FRAMEWORKS = ("pydantic_ai", "agents")
+
+
+def test_the_integrations_import_the_front_doors_only() -> None:
+    for path, _, names in _modules("codemode/integrations", "codemode.integrations"):
+        for name in _ours(names, "codemode"):
+            if name.startswith("codemode.integrations"):
+                continue
+            parts = name.split(".")
+            private = any(part.startswith("_") for part in parts[1:3])
+            inner = parts[1] if len(parts) > 1 else ""
+            assert not private, (path, name)
+            assert inner not in {"process", "inprocess", "protocol", "remote", "mcp", "ray"}, (
+                path,
+                name,
+            )
+        assert not _ours(names, "codemode_host"), path
+
+
+def test_only_the_integrations_import_the_agent_frameworks() -> None:
+    for path, owner, names in _modules("codemode", "codemode"):
+        if owner.startswith("codemode.integrations"):
+            continue
+        for framework in FRAMEWORKS:
+            assert not _ours(names, framework), path
+        assert not _ours(names, "codemode.integrations"), path
