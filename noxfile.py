@@ -67,7 +67,7 @@ def fuzz(session: nox.Session) -> None:
 
 
 # The extras whose lower bounds `mindeps` installs (the dev extra installs each of them).
-MINDEPS_EXTRAS = ("mcp", "pydantic-ai")
+MINDEPS_EXTRAS = ("mcp", "pydantic-ai", "openai-agents")
 
 
 def _lower_bounds() -> list[str]:

@@ -13,6 +13,7 @@ from tests.typecheck import ROOT
 
 INTEGRATIONS = [
     ("pydantic_ai", "pydantic_ai", "pydantic-ai", "pydantic-ai-slim>=2.68.0"),
+    ("openai_agents", "agents", "openai-agents", "openai-agents>=0.24.0"),
 ]
 
 
