@@ -22,6 +22,7 @@ from asyncio import Future
 from typing import Any
 
 import msgspec
+import sniffio
 import trio
 
 from .. import (
@@ -107,6 +108,13 @@ def _prepend(
     return msgspec.structs.replace(response, content_items=items)
 
 
+def _in_trio() -> bool:
+    try:
+        return sniffio.current_async_library() == "trio"
+    except sniffio.AsyncLibraryNotFoundError:
+        return False
+
+
 class StartedCell:
     """A cell that was admitted, as `Session.execute` returns it: `cell_id` now, its first
     response later (`initial_response()`, once), or given up with `release()` (or leaving
@@ -126,8 +134,13 @@ class StartedCell:
         )
 
     def release(self) -> None:
-        """Give the initial observation up without ending the cell (idempotent)."""
-        self._session._bridge.soon(self._started.release)
+        """Give the initial observation up without ending the cell (idempotent).
+
+        Takes effect before any operation of the session asked for after it."""
+        if _in_trio():
+            self._started.release()  # a trio callback (a finalizer's): release now
+        else:
+            self._session._bridge.soon(self._started.release)  # before what is asked next
 
     async def __aenter__(self) -> StartedCell:
         return self
