@@ -626,3 +626,27 @@ def test_the_callers_context_does_not_reach_the_delegate_calls() -> None:
     run_on_asyncio(main)
     # As on trio: a call runs in a copy of the provider's context, not in its caller's.
     assert seen == ["unset"]
+
+
+@pytest.mark.slow
+def test_the_documented_example_runs() -> None:
+    import re
+    import subprocess
+    import sys
+
+    from tests.typecheck import ROOT
+
+    text = (ROOT / "docs" / "integrations.md").read_text()
+    match = re.search(r"## asyncio applications.*?```python\n(.*?)```", text, re.DOTALL)
+    assert match is not None
+    result = subprocess.run(
+        [sys.executable, "-c", match.group(1)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.startswith("Script completed\n")
+    assert result.stdout.endswith("Output:\n\n19\n")
