@@ -66,12 +66,18 @@ def fuzz(session: nox.Session) -> None:
     )
 
 
+# The extras whose lower bounds `mindeps` installs (the dev extra installs each of them).
+MINDEPS_EXTRAS = ("mcp", "pydantic-ai", "openai-agents")
+
+
 def _lower_bounds() -> list[str]:
-    """The runtime dependencies of pyproject.toml, and those of its `mcp` extra (which the dev
-    extra installs), pinned to their lower bounds."""
+    """The runtime dependencies of pyproject.toml, and those of the extras in `MINDEPS_EXTRAS`,
+    pinned to their lower bounds."""
     project = tomllib.loads(Path("pyproject.toml").read_text())["project"]
     pins = []
-    requirements = project["dependencies"] + project["optional-dependencies"]["mcp"]
+    requirements = list(project["dependencies"])
+    for extra in MINDEPS_EXTRAS:
+        requirements += project["optional-dependencies"][extra]
     for requirement in requirements:
         name, _, bound = requirement.partition(">=")
         if not bound:

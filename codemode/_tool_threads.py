@@ -16,14 +16,18 @@ Rules:
    counts as abandoned until it returns. Each abandonment is logged.
 3. While `max_abandoned` threads are abandoned, a new call fails at once with
    `abandoned_text(...)` instead of taking another thread.
+4. A delegate that `codemode.aio` runs on the asyncio loop finds the provider's threads the same
+   way (its task's context is a copy of the call worker's), and reaches them through the
+   portal that `codemode.aio` put in that context (`use_trio_portal`): the thread is still
+   the provider's, abandoned on cancel as above.
 """
 
 from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Callable
-from typing import TypeVar, cast
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, cast
 
 import trio
 
@@ -136,3 +140,28 @@ def tool_threads_here() -> ToolThreads:
 def use_tool_threads(context: contextvars.Context, threads: ToolThreads) -> None:
     """Make `threads` the ones the calls run in `context` use (rule 1)."""
     context.run(_here.set, threads)
+
+
+TrioPortal = Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]
+"""Runs an async function of no arguments as a trio task, from an asyncio task (rule 4)."""
+
+_portal: contextvars.ContextVar[TrioPortal] = contextvars.ContextVar("codemode_trio_portal")
+
+
+def use_trio_portal(context: contextvars.Context, portal: TrioPortal) -> None:
+    """Make the sync tools of the delegate calls run in `context` reach trio through `portal`."""
+    context.run(_portal.set, portal)
+
+
+async def run_in_tool_thread(tool_name: str, function: Callable[[], T]) -> T:
+    """Run a sync tool (or a plain `on_notify`) in a thread of the provider whose call runs now:
+    from a trio task (rule 1), or from an asyncio task of `codemode.aio` (rule 4)."""
+    threads = _here.get(None)
+    portal = _portal.get(None)
+
+    async def run() -> T:
+        return await (threads or tool_threads_here()).run(tool_name, function)
+
+    if portal is None:
+        return await run()
+    return cast(T, await portal(run))

@@ -52,9 +52,9 @@ async def deliver_notification(
     if inspect.iscoroutinefunction(on_notify):
         await on_notify(cell_id, text)
         return
-    from ._tool_threads import tool_threads_here  # not at import: it loads trio (rule 3)
+    from ._tool_threads import run_in_tool_thread  # not at import: it loads trio (rule 3)
 
-    result = await tool_threads_here().run("on_notify", functools.partial(on_notify, cell_id, text))
+    result = await run_in_tool_thread("on_notify", functools.partial(on_notify, cell_id, text))
     if result is not None:
         await result
 
@@ -98,10 +98,10 @@ class _Tool:
             return await self.function(**arguments)
         # Imported here: `import codemode` must not load trio (the host imports
         # `codemode.protocol`, which stays sans-IO; tests/test_protocol.py checks it).
-        from ._tool_threads import tool_threads_here
+        from ._tool_threads import run_in_tool_thread
 
         call = functools.partial(self.function, **arguments)
-        return await tool_threads_here().run(self.definition.name, call)
+        return await run_in_tool_thread(self.definition.name, call)
 
 
 class Toolbox:

@@ -199,3 +199,64 @@ def test_only_the_optional_ray_package_imports_ray() -> None:
             continue
         assert not _ours(names, "ray"), path
         assert not _ours(names, "codemode.ray"), path
+
+
+AIO_MAY_IMPORT = ("codemode._tool_threads",)
+
+
+def test_the_asyncio_bridge_imports_the_front_door_and_the_tool_threads() -> None:
+    for path, _, names in _modules("codemode/aio", "codemode.aio"):
+        for name in _ours(names, "codemode"):
+            if name.startswith("codemode.aio"):
+                continue
+            front_door = name.count(".") == 1 and not name.split(".")[1].startswith("_")
+            front_door = front_door and name.split(".")[1] not in {
+                "process",
+                "inprocess",
+                "protocol",
+                "remote",
+                "mcp",
+                "ray",
+            }
+            if name == "codemode" or front_door or name.startswith("codemode.model."):
+                assert not name.startswith("codemode.model._"), (path, name)
+                continue
+            allowed = any(name == a or name.startswith(a + ".") for a in AIO_MAY_IMPORT)
+            assert allowed, (path, name)
+        assert not _ours(names, "codemode_host"), path
+
+
+def test_only_the_asyncio_bridge_and_the_integrations_import_asyncio() -> None:
+    for path, owner, names in _modules("codemode", "codemode"):
+        if owner.startswith(("codemode.aio", "codemode.integrations")):
+            continue
+        assert not _ours(names, "asyncio"), path
+        assert not _ours(names, "codemode.aio"), path
+
+
+FRAMEWORKS = ("pydantic_ai", "agents")
+
+
+def test_the_integrations_import_the_front_doors_only() -> None:
+    for path, _, names in _modules("codemode/integrations", "codemode.integrations"):
+        for name in _ours(names, "codemode"):
+            if name.startswith("codemode.integrations"):
+                continue
+            parts = name.split(".")
+            private = any(part.startswith("_") for part in parts[1:3])
+            inner = parts[1] if len(parts) > 1 else ""
+            assert not private, (path, name)
+            assert inner not in {"process", "inprocess", "protocol", "remote", "mcp", "ray"}, (
+                path,
+                name,
+            )
+        assert not _ours(names, "codemode_host"), path
+
+
+def test_only_the_integrations_import_the_agent_frameworks() -> None:
+    for path, owner, names in _modules("codemode", "codemode"):
+        if owner.startswith("codemode.integrations"):
+            continue
+        for framework in FRAMEWORKS:
+            assert not _ours(names, framework), path
+        assert not _ours(names, "codemode.integrations"), path

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from typing import Any
 
 import pytest
 import trio
@@ -77,13 +76,16 @@ day 3: snow, 18 to 25 C
 """
 
 
+@pytest.mark.parametrize("stream", [[], ["--stream"]], ids=["json", "stream"])
 @pytest.mark.parametrize(
     ("api", "exec_id", "wait_id"),
     [("openai", "call_1", "call_2"), ("anthropic", "toolu_1", "toolu_2")],
 )
-def test_agent_loop_runs_offline(api: str, exec_id: str, wait_id: str) -> None:
+def test_agent_loop_runs_offline(api: str, exec_id: str, wait_id: str, stream: list[str]) -> None:
+    # The real SDK client, against the scripted model on a local port (the example's
+    # `--scripted`); streamed or not, the transcript is the same.
     result = subprocess.run(
-        [sys.executable, "-m", "examples.agent_loop", "--api", api],
+        [sys.executable, "-m", "examples.agent_loop", "--scripted", "--api", api, *stream],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -94,25 +96,22 @@ def test_agent_loop_runs_offline(api: str, exec_id: str, wait_id: str) -> None:
     assert normalised(result.stdout) == AGENT_TRANSCRIPT.format(exec_id=exec_id, wait_id=wait_id)
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
-async def test_agent_loop_conversation_has_the_sdk_shapes(api: str) -> None:
-    # What the scripted clients answer and what the loop appends must be what the SDKs take,
-    # so that a real client drops in: every conversation entry is validated strictly.
+async def test_agent_loop_conversation_has_the_sdk_shapes(api: str, stream: bool) -> None:
+    # What the loop appends to the conversation is what the SDKs take back: every entry is
+    # validated strictly (the model's own blocks as the SDK dumps them).
     from examples import agent_loop
     from examples.weather_tools import toolbox
+    from tests.test_model_sdks import converse
 
-    conversation: list[Any] = [{"role": "user", "content": agent_loop.QUESTION}]
     async with codemode.open_in_process_provider() as provider:
         session = await provider.create_session()
         code_mode = CodeMode(session, toolbox, toolbox.definitions())
         with trio.fail_after(30):
-            if api == "openai":
-                await agent_loop.openai_loop(code_mode, agent_loop.ScriptedOpenAI(), conversation)
-            else:
-                await agent_loop.anthropic_loop(
-                    code_mode, agent_loop.ScriptedAnthropic(), conversation
-                )
+            _, requests = await converse(api, code_mode, agent_loop.QUESTION, stream=stream)
+    conversation = requests[-1]["input" if api == "openai" else "messages"]
     entry_type = ResponseInputItemParam if api == "openai" else MessageParam
     for entry in conversation:
         check_typed_dict(entry_type, entry)
-    assert len(conversation) == 6  # the question, two calls, two results, the answer
+    assert len(conversation) == 5  # the question, two calls, two results

@@ -1,0 +1,199 @@
+"""`codemode.integrations.openai_agents`: an OpenAI Agents SDK agent in code mode, with a
+scripted model behind the SDK's own model interface (`agents.models.interface.Model`), under
+asyncio through `codemode.aio` (the SDK runs on asyncio). Offline: no network, no key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
+
+import pytest
+from agents import (
+    Agent,
+    FunctionTool,
+    ModelResponse,
+    RunConfig,
+    Runner,
+    Usage,
+    function_tool,
+)
+from agents.models.interface import Model
+from openai.types.responses import (
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
+
+import codemode.aio
+from codemode.integrations.openai_agents import code_mode_tools
+
+OFFLINE = RunConfig(tracing_disabled=True)  # the SDK's tracing would export to OpenAI
+
+TWO_TOOLS = """\
+const celsius = await tools.lookup({ city: "Lima" });
+text(`celsius ${celsius}`);
+yield_control();
+text(`fahrenheit ${await tools.convert({ celsius })}`);
+"""
+
+
+def run_on_asyncio(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    async def bounded() -> None:
+        async with asyncio.timeout(30):
+            await main()
+
+    asyncio.run(bounded())
+
+
+class ScriptedModel(Model):
+    """Runs `code` with `exec`, calls `wait` while the cell runs, then answers with what the
+    cells printed: it reads the tool results it is sent, as a model would."""
+
+    def __init__(self, code: str) -> None:
+        self.code = code
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        items: list[Any] = kwargs.get("input", args[1] if len(args) > 1 else [])
+        tools = kwargs.get("tools", args[4] if len(args) > 4 else [])
+        assert [tool.name for tool in tools] == ["exec", "wait"]
+        seen = [
+            item["output"]
+            for item in items
+            if isinstance(item, dict) and item.get("type") == "function_call_output"
+        ]
+        n = len(seen) + 1
+        if not seen:
+            return self._call(n, "exec", {"code": self.code})
+        running = re.match(r"Script running with cell ID (\S+)", seen[-1])
+        if running:
+            return self._call(n, "wait", {"cell_id": running.group(1), "yield_time_ms": 5000})
+        findings = [line for text in seen for line in text.splitlines()[3:] if line]
+        text = ResponseOutputText(type="output_text", text="\n".join(findings), annotations=[])
+        message = ResponseOutputMessage(
+            id=f"msg_{n}", type="message", role="assistant", status="completed", content=[text]
+        )
+        return ModelResponse(output=[message], usage=Usage(), response_id=None)
+
+    @staticmethod
+    def _call(n: int, name: str, arguments: dict[str, Any]) -> ModelResponse:
+        call = ResponseFunctionToolCall(
+            type="function_call",
+            id=f"fc_{n}",
+            call_id=f"call_{n}",
+            name=name,
+            arguments=json.dumps(arguments),
+            status="completed",
+        )
+        return ModelResponse(output=[call], usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        raise NotImplementedError("these tests run the agent without streaming")
+
+
+class Tools:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.entered = asyncio.Event()
+        self.cancelled: list[str] = []
+
+        @function_tool
+        async def lookup(city: str) -> float:
+            """The temperature of a city in degrees Celsius."""
+            self.calls.append(f"lookup {city}")
+            await asyncio.sleep(0)
+            return 19.0
+
+        @function_tool
+        def convert(celsius: float) -> float:
+            """Celsius to Fahrenheit."""
+            self.calls.append(f"convert {celsius}")
+            return celsius * 9 / 5 + 32
+
+        @function_tool(failure_error_function=None)
+        async def broken(city: str) -> float:
+            """Always fails."""
+            self.calls.append(f"broken {city}")
+            raise ValueError(f"the service is down for {city}")
+
+        @function_tool
+        async def hold() -> str:
+            """Never returns."""
+            self.entered.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancelled.append("hold")
+                raise
+            return "unreachable"
+
+        self.tools: list[FunctionTool] = [lookup, convert, broken, hold]
+
+
+def test_an_agent_turn_calls_two_tools_around_a_yield_and_reads_the_results() -> None:
+    tools = Tools()
+
+    async def main() -> None:
+        async with codemode.aio.open_in_process_provider() as provider:
+            session = await provider.create_session()
+            code_mode = code_mode_tools(session, tools.tools)
+            exec_tool = code_mode[0]
+            assert isinstance(exec_tool, FunctionTool)
+            assert exec_tool.name == "exec"
+            assert "lookup(args: { city: string; })" in exec_tool.description
+            agent = Agent(name="weather", model=ScriptedModel(TWO_TOOLS), tools=code_mode)
+            result = await Runner.run(agent, "How warm is Lima?", run_config=OFFLINE)
+            assert result.final_output == "celsius 19\nfahrenheit 66.2"
+
+    run_on_asyncio(main)
+    assert tools.calls == ["lookup Lima", "convert 19.0"]
+
+
+def test_a_tool_that_raises_rejects_the_cells_promise() -> None:
+    tools = Tools()
+    code = (
+        'try { await tools.broken({ city: "Lima" }); } catch (error) { text(`caught: ${error}`); }'
+    )
+
+    async def main() -> None:
+        async with codemode.aio.open_in_process_provider() as provider:
+            session = await provider.create_session()
+            agent = Agent(
+                name="weather",
+                model=ScriptedModel(code),
+                tools=code_mode_tools(session, tools.tools),
+            )
+            result = await Runner.run(agent, "How warm is Lima?", run_config=OFFLINE)
+            assert result.final_output.startswith("caught: tool broken failed: ")
+            assert "the service is down for Lima" in result.final_output
+
+    run_on_asyncio(main)
+    assert tools.calls == ["broken Lima"]
+
+
+def test_cancelling_the_run_terminates_the_cell_and_cancels_its_tool() -> None:
+    tools = Tools()
+
+    async def main() -> None:
+        async with codemode.aio.open_in_process_provider() as provider:
+            session = await provider.create_session()
+            agent = Agent(
+                name="weather",
+                model=ScriptedModel("await tools.hold()"),
+                tools=code_mode_tools(session, tools.tools),
+            )
+            run = asyncio.create_task(Runner.run(agent, "Hold on", run_config=OFFLINE))
+            await tools.entered.wait()
+            run.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await run
+            # The SDK cancels its tool task and does not wait for it: the cell's termination
+            # has begun, and ends on its own (shutdown waits for that end).
+            assert {cell.phase for cell in await session.cells()} <= {"terminating"}
+            await session.shutdown()
+            assert tools.cancelled == ["hold"]
+
+    run_on_asyncio(main)

@@ -1,0 +1,175 @@
+"""`codemode.integrations.pydantic_ai`: a pydantic-ai `Agent` in code mode, with pydantic-ai's
+own offline model (`FunctionModel`), under asyncio through `codemode.aio` (pydantic-ai 2.68
+starts asyncio tasks itself, so it does not run under `trio.run`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent, ModelRetry
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.toolsets import FunctionToolset
+
+import codemode.aio
+from codemode.integrations.pydantic_ai import CodeModeToolset
+
+TWO_TOOLS = """\
+const celsius = await tools.lookup({ city: "Lima" });
+text(`celsius ${celsius}`);
+yield_control();
+text(`fahrenheit ${await tools.convert({ celsius })}`);
+"""
+
+
+def run_on_asyncio(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    async def bounded() -> None:
+        async with asyncio.timeout(30):
+            await main()
+
+    asyncio.run(bounded())
+
+
+def returns(messages: list[ModelMessage]) -> list[str]:
+    """The tool results the model was sent so far, in order."""
+    return [
+        str(part.content)
+        for message in messages
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, ToolReturnPart)
+    ]
+
+
+def scripted(code: str) -> FunctionModel:
+    """A model that runs `code`, waits while it reports a running cell, then answers with what
+    the cells printed."""
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        assert [tool.name for tool in info.function_tools] == ["exec", "wait"]
+        seen = returns(messages)
+        if not seen:
+            return ModelResponse(parts=[ToolCallPart("exec", {"code": code}, "call-1")])
+        running = re.match(r"Script running with cell ID (\S+)", seen[-1])
+        if running:
+            arguments = {"cell_id": running.group(1), "yield_time_ms": 5000}
+            return ModelResponse(parts=[ToolCallPart("wait", arguments, f"call-{len(seen) + 1}")])
+        findings = [line for text in seen for line in text.splitlines()[3:] if line]
+        return ModelResponse(parts=[TextPart("\n".join(findings))])
+
+    return FunctionModel(respond)
+
+
+class Tools:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.entered = asyncio.Event()
+        self.cancelled: list[str] = []
+        self.toolset: FunctionToolset[None] = FunctionToolset()
+
+        @self.toolset.tool_plain
+        async def lookup(city: str) -> float:
+            """The temperature of a city in degrees Celsius."""
+            self.calls.append(f"lookup {city}")
+            await asyncio.sleep(0)
+            if city == "Atlantis":
+                raise ModelRetry("no such city: Atlantis")
+            return 19.0
+
+        @self.toolset.tool_plain
+        def convert(celsius: float) -> float:
+            """Celsius to Fahrenheit."""
+            self.calls.append(f"convert {celsius}")
+            return celsius * 9 / 5 + 32
+
+        @self.toolset.tool_plain
+        async def hold() -> str:
+            """Never returns."""
+            self.entered.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancelled.append("hold")
+                raise
+            return "unreachable"
+
+
+def test_an_agent_turn_calls_two_tools_around_a_yield_and_reads_the_results() -> None:
+    tools = Tools()
+
+    async def main() -> None:
+        async with codemode.aio.open_in_process_provider() as provider:
+            session = await provider.create_session()
+            toolset = CodeModeToolset(session, tools.toolset)
+            agent = Agent(scripted(TWO_TOOLS), toolsets=[toolset])
+            result = await agent.run("How warm is Lima?")
+            assert result.output == "celsius 19\nfahrenheit 66.2"
+            # The model saw the nested tools only inside exec's description.
+            tool_defs = await toolset.get_tools(_context(agent))
+            assert list(tool_defs) == ["exec", "wait"]
+            assert "lookup(args: { city: string; })" in (
+                tool_defs["exec"].tool_def.description or ""
+            )
+
+    run_on_asyncio(main)
+    assert tools.calls == ["lookup Lima", "convert 19.0"]
+
+
+def _context(agent: Agent[None, str]) -> Any:
+    from pydantic_ai import RunContext
+    from pydantic_ai.usage import RunUsage
+
+    return RunContext(deps=None, model=agent.model, usage=RunUsage())  # type: ignore[arg-type]
+
+
+def test_a_tool_that_raises_rejects_the_cells_promise() -> None:
+    tools = Tools()
+    code = """\
+try { await tools.lookup({ city: "Atlantis" }); } catch (error) { text(`caught: ${error}`); }
+await tools.lookup({ city: 3 });
+"""
+
+    async def main() -> None:
+        async with codemode.aio.open_in_process_provider() as provider:
+            session = await provider.create_session()
+            agent = Agent(scripted(code), toolsets=[CodeModeToolset(session, tools.toolset)])
+            result = await agent.run("How warm is Atlantis?")
+            lines = result.output.splitlines()
+            assert lines[0] == "caught: no such city: Atlantis"
+            assert lines[1] == "Script error:"
+            assert lines[2].startswith("tool lookup failed: 1 validation error")
+
+    run_on_asyncio(main)
+    assert tools.calls == ["lookup Atlantis"]
+
+
+def test_cancelling_the_agent_run_terminates_the_cell_and_cancels_its_tool() -> None:
+    tools = Tools()
+
+    async def main() -> None:
+        async with codemode.aio.open_in_process_provider() as provider:
+            session = await provider.create_session()
+            agent = Agent(
+                scripted("await tools.hold()"), toolsets=[CodeModeToolset(session, tools.toolset)]
+            )
+            run = asyncio.create_task(agent.run("Hold on"))
+            await tools.entered.wait()
+            run.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await run
+            assert tools.cancelled == ["hold"]
+            assert await session.cells() == []
+
+    run_on_asyncio(main)
