@@ -13,6 +13,7 @@ import contextvars
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import pytest
@@ -329,9 +330,13 @@ class _CancelCaller:
         self.victim = None
 
     async def execute(
-        self, request: ExecuteRequest, delegate: codemode.SessionDelegate
+        self,
+        request: ExecuteRequest,
+        delegate: codemode.SessionDelegate,
+        *,
+        observe_initial: bool = True,
     ) -> codemode.StartedCell:
-        started = await self._session.execute(request, delegate)
+        started = await self._session.execute(request, delegate, observe_initial=observe_initial)
         if self.victim is not None:
             self._cancel_victim()
         return started
@@ -474,17 +479,29 @@ class _TrioFacingSession:
         return await self._bridge.run_asyncio(run)
 
     async def execute(
-        self, request: ExecuteRequest, delegate: codemode.SessionDelegate
+        self,
+        request: ExecuteRequest,
+        delegate: codemode.SessionDelegate,
+        *,
+        observe_initial: bool = True,
     ) -> codemode.StartedCell:
         started: aio.StartedCell = await self._on_asyncio(
-            self._session.execute, request, _AsyncioFacing(delegate, self._bridge)
+            partial(self._session.execute, observe_initial=observe_initial),
+            request,
+            _AsyncioFacing(delegate, self._bridge),
         )
 
         async def initial_response() -> codemode.RuntimeResponse:
             response: codemode.RuntimeResponse = await self._on_asyncio(started.initial_response)
             return response
 
-        return codemode.StartedCell._create(started.cell_id, initial_response, started.release)
+        return codemode.StartedCell._create(
+            started.cell_id,
+            initial_response,
+            started.release,
+            session_id="asyncio",
+            observe_initial=observe_initial,
+        )
 
     async def wait(self, request: WaitRequest) -> codemode.WaitOutcome:
         outcome: codemode.WaitOutcome = await self._on_asyncio(self._session.wait, request)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 from asyncio import Future
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -173,16 +174,19 @@ class Session:
     def _terminate(self, cell_id: CellId) -> Future[None]:
         return self._bridge.submit(terminate_quietly, self.trio_session, cell_id)
 
-    async def execute(self, request: ExecuteRequest, delegate: SessionDelegate) -> StartedCell:
+    async def execute(
+        self, request: ExecuteRequest, delegate: SessionDelegate, *, observe_initial: bool = True
+    ) -> StartedCell:
         """Admit a cell and start it; returns before its first response. Cancelled before it
-        returns, it terminates the cell."""
+        returns, it terminates the cell. `observe_initial=False`: the cell is released already
+        (as on trio), its next `wait` observes it from its start."""
 
         def orphan(started: TrioStartedCell) -> Future[None]:
             started.release()
             return self._terminate(started.cell_id)
 
         started = await self._bridge.call(
-            self.trio_session.execute,
+            partial(self.trio_session.execute, observe_initial=observe_initial),
             request,
             AsyncioDelegate(delegate, self._bridge),
             orphan=orphan,
