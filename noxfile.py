@@ -7,8 +7,8 @@ Where each session runs, and why:
   versions and the dependencies whose types mypy reads, so `.venv/bin/nox -s lint typecheck`
   checks with exactly those, and installs nothing. An environment of their own would install
   the `dev` extra a second time (Ray, the model SDKs, the MCP SDK) and compile the engine,
-  which mypy's stubtest imports: minutes in a fresh clone, for the same versions. Run from an
-  environment without ruff or mypy (a nox installed on its own), they stop and say so.
+  which mypy's stubtest imports: the README's set-up over again, for the same versions. Run
+  from an environment without ruff or mypy (a nox installed on its own), they stop and say so.
 - `sanitize` has a virtual environment of its own (`.nox/sanitize`), because its engine is
   built with other flags and must never replace the developer's `-O3` build: it installs only
   what the engine tests import, builds the extension in its own folders and runs the tests
