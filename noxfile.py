@@ -91,7 +91,7 @@ SANITIZED_TESTS = [
 """The tests that drive the engine's C code hardest: the binding itself, cells through both
 providers (the host processes load the sanitized build too), the sandbox's surface, every
 limit (heap, stack, CPU, output, a hundred thousand tool calls), paused cells and their timers,
-and tools that answer badly. Four to five minutes on two busy cores."""
+and tools that answer badly. Four to six minutes on two busy cores."""
 
 
 def _sanitizer_runtime() -> str:
