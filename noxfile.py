@@ -1,10 +1,31 @@
-"""Development sessions: tests, lint, typecheck, bench, mindeps, fuzz.
+"""Development sessions: tests, lint, typecheck, sanitize, bench, mindeps, fuzz.
 
-Each session installs the project with its dev extras into its own virtual environment.
+Where each session runs, and why:
+
+- `lint` and `typecheck` run in the environment nox itself runs in (`venv_backend="none"`):
+  the README's set-up makes `.venv` with the `dev` extra, whose pins are the ruff and mypy
+  versions and the dependencies whose types mypy reads, so `.venv/bin/nox -s lint typecheck`
+  checks with exactly those, and installs nothing. An environment of their own would install
+  the `dev` extra a second time (Ray, the model SDKs, the MCP SDK) and compile the engine,
+  which mypy's stubtest imports: the README's set-up over again, for the same versions. Run
+  from an environment without ruff or mypy (a nox installed on its own), they stop and say so.
+- `sanitize` has a virtual environment of its own (`.nox/sanitize`), because its engine is
+  built with other flags and must never replace the developer's `-O3` build: it installs only
+  what the engine tests import, builds the extension in its own folders and runs the tests
+  against a copy of `host/` holding that build (the session's docstring says how).
+- `tests`, `bench`, `mindeps` and `fuzz` each install the project, editable, in an environment
+  of their own (mindeps: at its lowest dependency versions; bench: beside the quickjs-ng
+  wheel). Environments are reused between runs (`reuse_existing_virtualenvs`); `nox -R`
+  skips their installs.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -13,27 +34,135 @@ import nox
 nox.options.sessions = ["tests", "lint", "typecheck"]
 nox.options.reuse_existing_virtualenvs = True
 
+PYPROJECT = tomllib.loads(Path("pyproject.toml").read_text())
+
+
+def _pinned(*names: str) -> list[str]:
+    """The `dev` extra's pins of these distributions (pyproject.toml)."""
+    pins = {
+        pin.partition("==")[0]: pin for pin in PYPROJECT["project"]["optional-dependencies"]["dev"]
+    }
+    return [pins[name] for name in names]
+
+
+def _beside_nox(session: nox.Session, *modules: str) -> None:
+    """Stop unless `modules` are installed in the environment nox runs in."""
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    if missing:
+        session.error(
+            f"{', '.join(missing)} not installed beside nox ({sys.executable}): run nox from the"
+            " environment the README sets up, as `.venv/bin/nox`"
+        )
+
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The test suite (engine, runtime, host), static checks included."""
+    """The test suite (engine, runtime, host); ruff and mypy are the lint and typecheck
+    sessions'."""
     session.install("-e", ".[dev]")
     session.run("pytest", *session.posargs)
 
 
-@nox.session
+@nox.session(venv_backend="none")
 def lint(session: nox.Session) -> None:
-    """ruff's lint rules and formatting."""
-    session.install("-e", ".[dev]")
-    session.run("ruff", "check", ".")
-    session.run("ruff", "format", "--check", ".")
+    """ruff's lint rules and formatting, with the ruff nox runs beside."""
+    _beside_nox(session, "ruff")
+    session.run(sys.executable, "-m", "ruff", "check", ".")
+    session.run(sys.executable, "-m", "ruff", "format", "--check", ".")
+
+
+@nox.session(venv_backend="none")
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over the packages and the tests, then stubtest of the engine's stub against
+    the built module (`tests/typecheck.py`), with the mypy nox runs beside."""
+    _beside_nox(session, "mypy", "codemode_host")
+    session.run(sys.executable, "-m", "tests.typecheck")
+
+
+SANITIZED_TESTS = [
+    *sorted(str(path) for path in Path("tests").glob("test_engine*.py")),
+    *sorted(str(path) for path in Path("tests").glob("test_runtime*.py")),
+    "tests/test_cell_globals.py",
+    "tests/test_sandbox_surface.py",
+    "tests/test_limits.py",
+    "tests/test_pending_frontier.py",
+    "tests/test_misbehaving_tools.py",
+]
+"""The tests that drive the engine's C code hardest: the binding itself, cells through both
+providers (the host processes load the sanitized build too), the sandbox's surface, every
+limit (heap, stack, CPU, output, a hundred thousand tool calls), paused cells and their timers,
+and tools that answer badly. Four to six minutes on two busy cores."""
+
+
+def _sanitizer_runtime() -> str:
+    """The path of gcc's AddressSanitizer runtime, which must be loaded before anything else."""
+    path = subprocess.run(
+        ["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    if not os.path.isabs(path):  # gcc echoes the bare name of a library it does not have
+        raise RuntimeError("gcc has no AddressSanitizer runtime (libasan.so)")
+    return path
 
 
 @nox.session
-def typecheck(session: nox.Session) -> None:
-    """mypy --strict over the packages and the tests."""
-    session.install("-e", ".[dev]")
-    session.run("python", "-m", "tests.typecheck")
+def sanitize(session: nox.Session) -> None:
+    """The engine tests against an extension built with AddressSanitizer and
+    UndefinedBehaviorSanitizer (`CODEMODE_SANITIZE=1`, setup.py: `-O1 -g`, every UBSan finding
+    fatal). `nox -s sanitize -- tests/test_engine.py -x` runs other tests instead.
+
+    The extension is built in this environment's own folders (`.nox/sanitize/engine-build`,
+    kept between runs: it is rebuilt only when a source or a flag changed), next to a copy of
+    `host/` (`.nox/sanitize/sanitized/codemode_host`) that holds it; `PYTHONPATH` puts that
+    copy, then the repository (for `codemode` and `tests`), first for pytest and for the hosts
+    it spawns, which inherit the environment. The built file must reference `__asan_init` and
+    UBSan's handlers, and the tests' interpreter must import that very file, or the session
+    fails before any test.
+
+    Python is not built with the sanitizers, so their runtime is preloaded (`LD_PRELOAD`) in
+    every process. `detect_leaks=0`: at exit LeakSanitizer would report every allocation
+    CPython never frees (interned objects, its arenas, module state), thousands of reports
+    that would drown any of ours; the debug build's `JS_FreeRuntime` assertions catch values
+    the binding leaks (docs/engine.md, "Checking the binding").
+    """
+    build_requires = PYPROJECT["build-system"]["requires"]  # setup.py fetches with pip
+    test_requires = _pinned("pytest", "pytest-trio", "hypothesis")
+    # anyio: tests/test_misbehaving_tools.py calls anyio from a tool (the mcp SDK's runtime).
+    session.install(*build_requires, *PYPROJECT["project"]["dependencies"], *test_requires, "anyio")
+
+    location = Path(session.virtualenv.location)
+    build = location / "engine-build"
+    session.run(
+        "python", "setup.py", "--quiet", "build_ext",
+        "--build-lib", str(build / "lib"), "--build-temp", str(build / "temp"),
+        env={"CODEMODE_SANITIZE": "1"},
+    )  # fmt: skip
+    (built,) = (build / "lib" / "codemode_host").glob("_quickjs.*.so")
+    symbols = session.run(
+        "nm", "--dynamic", "--undefined-only", str(built), external=True, silent=True
+    )
+    assert isinstance(symbols, str)
+    if "__asan_init" not in symbols or "__ubsan_handle_" not in symbols:
+        session.error(f"{built} is not built with AddressSanitizer and UBSan")
+
+    tree = location / "sanitized"
+    shutil.rmtree(tree, ignore_errors=True)
+    package = tree / "codemode_host"
+    shutil.copytree("host", package, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    shutil.copy2(built, package / built.name)
+
+    preload = " ".join(filter(None, [_sanitizer_runtime(), os.environ.get("LD_PRELOAD")]))
+    env = {
+        "LD_PRELOAD": preload,
+        "ASAN_OPTIONS": "detect_leaks=0",
+        "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
+        "PYTHONPATH": os.pathsep.join([str(tree), str(Path.cwd())]),
+    }
+    session.run(
+        "python", "-c",
+        "import sys, codemode_host._quickjs as m; assert m.__file__ == sys.argv[1], m.__file__",
+        str(package / built.name), env=env,
+    )  # fmt: skip
+    session.run("pytest", "-p", "no:cacheprovider", *(session.posargs or SANITIZED_TESTS), env=env)
 
 
 # The peer of the engine benchmark: the quickjs-ng wheel of the version the engine is built from
@@ -73,7 +202,7 @@ MINDEPS_EXTRAS = ("mcp", "pydantic-ai", "openai-agents")
 def _lower_bounds() -> list[str]:
     """The runtime dependencies of pyproject.toml, and those of the extras in `MINDEPS_EXTRAS`,
     pinned to their lower bounds."""
-    project = tomllib.loads(Path("pyproject.toml").read_text())["project"]
+    project = PYPROJECT["project"]
     pins = []
     requirements = list(project["dependencies"])
     for extra in MINDEPS_EXTRAS:
@@ -90,9 +219,9 @@ def _lower_bounds() -> list[str]:
 def mindeps(session: nox.Session) -> None:
     """The suite with every runtime dependency at the lowest version pyproject.toml allows.
 
-    Without its mypy run: the type checker's verdict depends on the dependencies' own stubs
-    (msgspec 0.18 types `Decoder.decode` as taking `bytes` only), and the pinned development
-    environment (`nox -s typecheck`) is where typing is checked.
+    Typing is not checked here: the type checker's verdict depends on the dependencies' own
+    stubs (msgspec 0.18 types `Decoder.decode` as taking `bytes` only), and the pinned
+    development environment (`nox -s typecheck`) is where typing is checked.
     """
     constraints = Path(session.create_tmp()) / "lower-bounds.txt"
     constraints.write_text("\n".join(_lower_bounds()) + "\n")
@@ -100,6 +229,4 @@ def mindeps(session: nox.Session) -> None:
     session.run(
         "python", "-c", "import trio, msgspec; print(trio.__version__, msgspec.__version__)"
     )
-    session.run(
-        "pytest", "--deselect", "tests/test_static_checks.py::test_mypy_strict", *session.posargs
-    )
+    session.run("pytest", *session.posargs)

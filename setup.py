@@ -1,16 +1,25 @@
 """Build of the QuickJS engine binding, `codemode_host._quickjs`.
 
 The binding (`host/engine/_quickjs.c`) is ours; the QuickJS-ng 0.17.0 C sources are not kept in
-this repository (DESIGN section 2). The build obtains them from the pinned `quickjs-ng==0.17.0.2`
-source distribution through pip, checks the archive's sha256, unpacks the engine sources into
-`build/quickjs-ng-0.17.0.2/` (reused by later builds) and compiles them together with the binding.
+this repository (docs/design.md, design 2). The build obtains them from the pinned
+`quickjs-ng==0.17.0.2` source distribution through pip, checks the archive's sha256, unpacks the
+engine sources into `build/quickjs-ng-0.17.0.2/` (reused by later builds) and compiles them
+together with the binding.
 
 Environment switches:
 - `CODEMODE_QUICKJS_SDIST=/path/quickjs_ng-0.17.0.2.tar.gz`: use that archive instead of asking
   pip (offline builds); its sha256 is checked all the same.
 - `CODEMODE_DEBUG_BUILD=1`: `-O1 -g` with assertions on, so that a JS value the binding leaks
-  aborts at runtime teardown instead of leaking silently (engine-notes 1.8).
-- `CODEMODE_SANITIZE=1`: also build with AddressSanitizer and UndefinedBehaviorSanitizer.
+  aborts at runtime teardown instead of leaking silently (docs/engine.md, "Checking the binding").
+- `CODEMODE_SANITIZE=1`: also build with AddressSanitizer and UndefinedBehaviorSanitizer, at
+  `-O1 -g` (the sanitizers' usual level: far quicker to compile than `-O3`, with readable reports),
+  with every UndefinedBehaviorSanitizer finding fatal (`-fno-sanitize-recover=undefined`). The
+  module then loads only with the sanitizer runtime preloaded (`nox -s sanitize` does it;
+  docs/engine.md, "Checking the binding").
+
+The compile and link flags are written to `engine-flags.txt` in the build's temporary folder, and
+the extension depends on that file: a build folder reused with other flags (`nox -s sanitize`
+keeps its own) rebuilds the extension instead of keeping one built with the old flags.
 """
 
 from __future__ import annotations
@@ -108,7 +117,18 @@ class BuildWithQuickJS(build_ext):
         for ext in self.extensions:
             ext.sources.extend(str(src / unit) for unit in QUICKJS_UNITS)
             ext.include_dirs.append(str(src))
+            ext.depends.append(self._flags_stamp(ext))
         super().run()
+
+    def _flags_stamp(self, ext: Extension) -> str:
+        # build_ext skips an extension newer than its sources whatever flags built it; a file
+        # rewritten whenever the flags change makes a change of flags count as a change of source.
+        stamp = Path(self.build_temp) / "engine-flags.txt"
+        flags = "\n".join([*ext.extra_compile_args, "--", *ext.extra_link_args]) + "\n"
+        if not stamp.is_file() or stamp.read_text() != flags:
+            stamp.parent.mkdir(parents=True, exist_ok=True)
+            stamp.write_text(flags)
+        return str(stamp)
 
 
 def _flags() -> tuple[list[str], list[str]]:
@@ -117,11 +137,16 @@ def _flags() -> tuple[list[str], list[str]]:
     if os.environ.get("CODEMODE_DEBUG_BUILD") == "1":
         compile_args += ["-O1", "-g", "-UNDEBUG"]
     else:
-        # Flags given here come after CPython's own CFLAGS, so this -O3 wins (engine-notes 1.8).
+        # Flags given here come after CPython's own CFLAGS, so this -O3 wins.
         compile_args += ["-O3"]
     if os.environ.get("CODEMODE_SANITIZE") == "1":
-        sanitize = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer"]
-        compile_args += sanitize
+        sanitize = [
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=undefined",
+            "-fno-omit-frame-pointer",
+        ]
+        # After -O3 or the debug build's -O1, so this level wins.
+        compile_args += [*sanitize, "-O1", "-g"]
         link_args += sanitize
     return compile_args, link_args
 

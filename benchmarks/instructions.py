@@ -39,6 +39,7 @@ import trio
 
 import codemode
 from benchmarks._cells import Delegate, run_cell
+from codemode import ContentItem
 
 COMPONENTS = ("client", "host", "in-process")
 WORKLOADS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -87,9 +88,11 @@ def thread_counts(prefix: Path) -> tuple[int, int]:
     return main, other
 
 
-async def run_cells(component: str, workload: str, cells: int, host: Sequence[str] = ()) -> None:
+async def run_cells(
+    component: str, workload: str, cells: int, host: Sequence[str] = ()
+) -> list[list[ContentItem]]:
     """Run `cells` sequential cells of `workload` through the component's provider (`host`:
-    the command of the host process, for the `host` component)."""
+    the command of the host process, for the `host` component); the output of each."""
     source, tools = WORKLOADS[workload]
     opened: AbstractAsyncContextManager[Any]
     if component == "in-process":
@@ -99,11 +102,13 @@ async def run_cells(component: str, workload: str, cells: int, host: Sequence[st
         opened = codemode.open_process_provider(
             host_command=list(host) or None, handshake_timeout=120, shutdown_timeout=120
         )
+    outputs = []
     async with opened as provider:
         session = await provider.create_session()
         delegate = Delegate()
         for _ in range(cells):
-            await run_cell(session, source, delegate, tools)
+            outputs.append((await run_cell(session, source, delegate, tools)).content_items)
+    return outputs
 
 
 def count_run(component: str, workload: str, cells: int, prefix: Path) -> tuple[int, int]:

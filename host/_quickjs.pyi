@@ -1,6 +1,6 @@
 """Types of the C extension `codemode_host._quickjs` (source: host/engine/_quickjs.c)."""
 
-from typing import Final
+from typing import Final, final
 
 QUICKJS_VERSION: Final[str]
 MAX_STACK_LIMIT: Final[int]
@@ -23,10 +23,9 @@ OUTCOME_ERROR: Final[int]
 OUTCOME_INTERRUPTED: Final[int]
 OUTCOME_CPU_LIMIT: Final[int]
 
-RawEvent = tuple[int, int, int, int, str | bytes | None, str | bytes | None]
-
 class EngineClosedError(RuntimeError): ...
 
+@final
 class Cell:
     @property
     def key(self) -> int | None: ...
@@ -36,6 +35,7 @@ class Cell:
     def interrupt(self) -> None: ...
     def close(self) -> None: ...
 
+@final
 class Engine:
     def __init__(
         self,
@@ -72,6 +72,7 @@ class Engine:
         cpu_limit_ms: int = 0,
         output_limit: int = 0,
     ) -> Cell: ...
-    def drain(self) -> list[RawEvent]: ...
+    # Each tuple is a `codemode_host.engine._events.RawEvent`: (key, kind, n1, n2, a, b).
+    def drain(self) -> list[tuple[int, int, int, int, str | bytes | None, str | bytes | None]]: ...
     def fileno(self) -> int: ...
     def close(self) -> None: ...

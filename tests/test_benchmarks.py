@@ -1,8 +1,9 @@
 """The benchmark table still runs and writes its JSON (benchmarks/table.py), so the instrument
 does not rot between the runs that matter. Smoke mode: two or three repetitions of a subset of
-the scripts; no timing is asserted, only the shape of what is written. The instruction counter
-(benchmarks/instructions.py) is checked without valgrind: how it reads callgrind's files, and
-that the workloads it counts run."""
+the scripts; no timing is asserted, only the shape of what is written and that its figures
+hold together (durations and rates above zero, each p99 at or above its median, the ratios).
+The instruction counter (benchmarks/instructions.py) is checked without valgrind: how it reads
+callgrind's files, and that the workloads it counts run and print what they should."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import trio
 
 from benchmarks import chart, engine_bench, instructions, table, timeline
 from benchmarks._measure import SCHEMA, Config, read_json, render, write_json
+from codemode import InputText
 from tests.typecheck import ROOT
 
 # The faster scripts; startup and payload spawn a host several times and move 16 MiB, and only
@@ -40,8 +42,14 @@ async def test_the_table_runs_in_smoke_mode_and_writes_its_schema(tmp_path: Path
         assert key in keys
     for figure in loaded.figures:
         assert figure.value.n >= 1
+        assert figure.value.p99 >= figure.value.median, figure.key
+        if figure.unit in {"ms", "us", "cells/s"}:
+            # A duration or a rate read as zero or less is a misread clock or counter; memory
+            # figures are differences of RSS, which may be anything in a smoke run.
+            assert figure.value.median > 0, figure.key
         if figure.floor is not None and figure.floor.median > 0:
             assert figure.ratio is not None
+            assert figure.ratio == pytest.approx(figure.value.median / figure.floor.median)
     assert "execute -> Completed" in render(loaded.figures)
 
     svg = chart.svg(loaded)
@@ -72,10 +80,13 @@ def test_the_instruction_counts_are_read_per_thread(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("component", ["client", "in-process"])
 async def test_the_counted_workloads_run(component: str) -> None:
-    # What runs under valgrind, run here without it: the cells must complete.
+    # What runs under valgrind, run here without it: the cells complete with their output.
+    printed = {"text": "hi", "tool": "ok"}
+    assert set(printed) == set(instructions.WORKLOADS)
     with trio.fail_after(30):
-        for workload in instructions.WORKLOADS:
-            await instructions.run_cells(component, workload, 2)
+        for workload, text in printed.items():
+            outputs = await instructions.run_cells(component, workload, 2)
+            assert outputs == [[InputText(text=text)]] * 2, workload
 
 
 async def test_the_timeline_probes_both_hosts() -> None:

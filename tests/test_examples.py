@@ -1,10 +1,12 @@
-"""The examples in the README run as documented."""
+"""The examples in the README run as documented; it holds the commands CI runs and an index
+of every page of docs/."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import trio
@@ -40,6 +42,40 @@ def readme_block_after(marker: str) -> str:
     match = re.match(r"```\w*\n(.*?)```", after, re.DOTALL)
     assert match, f"no fenced block after {marker}"
     return match.group(1)
+
+
+def test_readme_first_look_runs_and_prints_what_the_readme_shows(tmp_path: Path) -> None:
+    script = tmp_path / "first_look.py"
+    script.write_text(
+        readme_block_after("<!-- example: tests/test_examples.py runs this block -->")
+    )
+    # From elsewhere than the repository, as a reader's own script runs: codemode installed.
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+    shown = readme_block_after("<!-- example output -->")
+    assert normalised(result.stdout) == normalised(shown)
+
+
+@pytest.mark.parametrize("marker", ["ci:setup", "ci:test", "ci:checks", "ci:main"])
+def test_the_readme_has_each_command_ci_runs(marker: str) -> None:
+    # .ci/run takes the first line of each block and fails without it (ci:main is this file's).
+    command = readme_block_after(f"<!-- {marker} -->").strip()
+    assert command, marker
+    assert "\n" not in command, f"{marker}: .ci/run runs one line"
+
+
+def test_the_readme_indexes_every_page_of_docs() -> None:
+    text = (ROOT / "README.md").read_text()
+    index = text[text.index("## Documentation\n") : text.index("## Layout\n")]
+    listed = re.findall(r"^- `docs/([\w.-]+\.md)`:", index, re.MULTILINE)
+    assert sorted(listed) == sorted(path.name for path in (ROOT / "docs").glob("*.md"))
 
 
 def test_readme_main_job_runs_and_prints_what_the_readme_shows() -> None:

@@ -479,10 +479,14 @@ async def test_a_cancelled_exec_does_not_wait_on_a_dead_host() -> None:
 
 
 class Quiet:
+    def __init__(self) -> None:
+        self.notified = 0
+
     async def invoke_tool(self, call: NestedToolCall) -> None:
         return None
 
     async def notify(self, call_id: str, cell_id: str, text: str) -> None:
+        self.notified += 1
         await trio.sleep(0.001)  # a slow handler: notifications pile up past the admission
 
     def cell_closed(self, cell_id: str) -> None:
@@ -499,14 +503,20 @@ async def test_a_notify_flood_logs_once_per_cell(
                 tool_call_id="c",
                 source='for (let i = 0; i < 3000; i++) notify("n" + i); text("sent")',
             )
-            started = await session.execute(request, Quiet())
+            quiet = Quiet()
+            started = await session.execute(request, quiet)
             response = await started.initial_response()
             assert texts(response) == ["sent"]
     # In-process the runtime logs; the process provider relays the host's log lines.
     lines = [r.getMessage() for r in caplog.records if "notification" in r.getMessage()]
     assert len(lines) == 2, lines[:5]
     assert "further drops are counted when it closes" in lines[0]
-    assert "dropped 1976 notifications of exec cell 1 in all" in lines[1]
+    # Every notification is delivered or counted as dropped. How many are delivered depends
+    # on the engine's speed: the first 1,024 fill the admission, and more get through when
+    # the collector hands out the cell's events while it still runs (a slow or sanitized
+    # engine), so the count is not a constant.
+    assert quiet.notified >= 1024
+    assert f"dropped {3000 - quiet.notified} notifications of exec cell 1 in all" in lines[1]
 
 
 async def test_initial_response_after_the_block_raises_provider_closed(opener: Opener) -> None:

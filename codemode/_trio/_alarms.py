@@ -3,10 +3,10 @@
 
 Why not a cancel scope with a deadline per waiter: in this interpreter a cancel scope entered and
 left costs about 48,000 instructions, as much as a pass of the scheduler with a task step
-(`docs/benchmarks.md`, seventh round), and most deadlines are cancelled long before they come
-(an observation window of 10 s around a cell that ends in a millisecond). Here a deadline is an
-entry in a heap; one task sleeps until the earliest, in a scope whose deadline an earlier entry
-moves.
+(`docs/performance-history.md`, seventh round), and most deadlines are cancelled long before
+they come (an observation window of 10 s around a cell that ends in a millisecond). Here a
+deadline is an entry in a heap; one task sleeps until the earliest, in a scope whose deadline an
+earlier entry moves.
 
 Rules:
 1. `fn` runs in the alarms' task, at `when` or later, never earlier; it is a plain callable and

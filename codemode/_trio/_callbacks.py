@@ -20,8 +20,8 @@ only then).
 Rules:
 1. A call costs the wake-up of a parked worker, not a spawned task (about 12,000 instructions
    more in this interpreter) and a cancel scope of its own (about 48,000): a quarter of the
-   client's work per nested tool call (`docs/benchmarks.md`, eighth round). A worker is spawned
-   only when none is parked.
+   client's work per nested tool call (`docs/performance-history.md`, eighth round). A worker
+   is spawned only when none is parked.
 2. Cancelling a call cancels its worker's scope, so that worker ends after the call (its scope
    stays cancelled) instead of parking: cancellation costs a spawn later, never a late cancel of
    another call. A call cancelled before its worker took it is cancelled as soon as it is taken,

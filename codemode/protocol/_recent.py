@@ -8,7 +8,7 @@ integers (`RecentNumbers`), not as Python objects: each decoded id is a small ob
 pymalloc places wherever a block was free when its frame arrived, and a book that keeps 4096 of
 them, allocated while a thousand cells came and went, pinned a few of them in most of the
 1 MiB arenas those cells had used: the host kept about 15 MiB it no longer needed after the
-cells ended (docs/benchmarks.md, `memory/after`). Session ids are strings (`RecentIds`).
+cells ended (docs/performance-history.md, second round). Session ids are strings (`RecentIds`).
 """
 
 from __future__ import annotations

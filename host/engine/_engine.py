@@ -40,7 +40,7 @@ from codemode._trio import Alarms, open_service_nursery
 
 from .. import _quickjs
 from ._cell import EngineCell
-from ._events import decode_event
+from ._events import RawEvent, decode_event
 
 logger = logging.getLogger("codemode.engine")
 
@@ -264,7 +264,7 @@ class Engine:
             gc.collect()
             await trio.to_thread.run_sync(self._native.trim, limiter=self._threads)
 
-    def _dispatch(self, raw_events: list[_quickjs.RawEvent]) -> None:
+    def _dispatch(self, raw_events: list[RawEvent]) -> None:
         cells = self._cells
         self._dispatching = True
         try:

@@ -9,6 +9,7 @@ every turn, and `Finished` last, exactly once, unless it is closed first.
 from __future__ import annotations
 
 import enum
+from typing import TypeAlias
 
 import msgspec
 
@@ -136,6 +137,11 @@ CellEvent = (
 
 _OUTCOMES = {outcome.value: outcome for outcome in Outcome}
 """`Outcome(n)` without the Enum's Python-level call (once a cell)."""
+
+
+RawEvent: TypeAlias = tuple[int, int, int, int, str | bytes | None, str | bytes | None]
+"""One event as `_quickjs.Engine.drain()` returns it: the cell's key, the kind (`EV_*`) and the
+fields `decode_event` reads. A name for typing only: the extension has no such object."""
 
 
 def decode_event(

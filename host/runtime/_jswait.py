@@ -5,8 +5,8 @@ The wait hands the engine's events to the cell's handler until `Finished`. The c
 deadlines are alarms of the engine (`Engine.alarms`), not cancel scopes around the wait: the
 end of the observer's window, at which the observer is woken, and, after a termination, the
 moment the running turn is abandoned, at which the wait stops. A cancel scope costs about as
-much as the rest of a trivial cell's observation (`docs/benchmarks.md`, seventh round), and
-nearly every window outlives its cell.
+much as the rest of a trivial cell's observation (`docs/performance-history.md`, seventh
+round), and nearly every window outlives its cell.
 """
 
 from __future__ import annotations
