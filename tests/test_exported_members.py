@@ -15,7 +15,18 @@ def test_all_is_complete() -> None:
     # Every exported name resolves (the in-process provider is imported on first use).
     for name in codemode.__all__:
         assert getattr(codemode, name) is not None
-    modules = {"inprocess", "errors", "model", "process", "protocol", "mcp", "ray", "remote"}
+    modules = {
+        "inprocess",
+        "errors",
+        "model",
+        "process",
+        "protocol",
+        "mcp",
+        "ray",
+        "remote",
+        "aio",
+        "integrations",
+    }
     assert public - modules - {"TYPE_CHECKING"} <= set(codemode.__all__)
 
 
