@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -30,23 +30,9 @@ from openai.types.responses import (
 
 import codemode.aio
 from codemode.integrations.openai_agents import code_mode_tools
+from tests.asyncio_agents import TWO_TOOLS, run_on_asyncio
 
 OFFLINE = RunConfig(tracing_disabled=True)  # the SDK's tracing would export to OpenAI
-
-TWO_TOOLS = """\
-const celsius = await tools.lookup({ city: "Lima" });
-text(`celsius ${celsius}`);
-yield_control();
-text(`fahrenheit ${await tools.convert({ celsius })}`);
-"""
-
-
-def run_on_asyncio(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    async def bounded() -> None:
-        async with asyncio.timeout(30):
-            await main()
-
-    asyncio.run(bounded())
 
 
 class ScriptedModel(Model):

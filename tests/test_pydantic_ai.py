@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -25,21 +24,7 @@ from pydantic_ai.toolsets import FunctionToolset
 
 import codemode.aio
 from codemode.integrations.pydantic_ai import CodeModeToolset
-
-TWO_TOOLS = """\
-const celsius = await tools.lookup({ city: "Lima" });
-text(`celsius ${celsius}`);
-yield_control();
-text(`fahrenheit ${await tools.convert({ celsius })}`);
-"""
-
-
-def run_on_asyncio(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    async def bounded() -> None:
-        async with asyncio.timeout(30):
-            await main()
-
-    asyncio.run(bounded())
+from tests.asyncio_agents import TWO_TOOLS, run_on_asyncio
 
 
 def returns(messages: list[ModelMessage]) -> list[str]:
