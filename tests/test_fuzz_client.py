@@ -1,10 +1,13 @@
-"""The process provider against a host that misbehaves (`tests/fake_host.py`): it exits before
-or during the handshake, writes garbage, stalls mid-frame, or breaks after a few good frames
-with a cell and a tool call in flight.
+"""The process provider against a host that misbehaves: it exits before or during the
+handshake, writes garbage, or breaks after a few good frames with a cell and a tool call in
+flight.
 
 Each case: a clear `HostLostError` (never a hang, never another exception), each live cell gets
 exactly one `cell_closed`, and the next operation recovers on a fresh (real) host; the host
-command's later starts exec the real host. Every test is bounded by `trio.fail_after`.
+command's later starts exec the real host. The real processes are `tests/fake_host.py`'s
+(slow); the fuzz of garbage handshakes runs against in-memory hosts (`tests/memory_host.py`)
+on the mock clock, as do the timeouts (a handshake that stalls, a host that stalls mid-frame:
+`tests/test_client_timeouts.py`). Every test is bounded by `trio.fail_after`.
 """
 
 from __future__ import annotations
@@ -15,18 +18,20 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import codemode
-from codemode import Completed, HostLostError, Session, Yielded
+from codemode import Completed, HostLostError, Session
 from tests.delegates import RecordingDelegate
-from tests.sessions import LONG_MS, execute, run, texts, tool
+from tests.memory_host import memory_hosts, writes
+from tests.sessions import execute, run, texts, tool
 
 FAKE_HOST = Path(__file__).with_name("fake_host.py")
 BOUND = 30.0
 HANDSHAKE_TIMEOUT = 2.0
-"""Seconds a fake host that stalls in the handshake is given (the provider's option)."""
+"""Seconds a host that stalls in the handshake is given (the provider's option)."""
 
 REASONS = (
     "failed to read code-mode host message",
@@ -53,12 +58,12 @@ async def _recovers(session: Session) -> None:
     assert texts(response) == ["recovered"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mode", "argument", "reason"),
     [
         ("exit", "3", "code-mode host exited during handshake with status 3"),
         ("exit-at-hello", "4", "code-mode host exited during handshake with status 4"),
-        ("half-ready", "", "timed out negotiating with the code-mode host"),
         ("garbage", "05000000c1c1c1c1c1", "failed to read code-mode host message"),
         ("garbage", "ffffffff", "failed to read code-mode host message"),
         ("garbage", "00000000", "failed to read code-mode host message"),
@@ -92,20 +97,24 @@ FUZZ = settings(
 @FUZZ
 @given(garbage=st.binary(min_size=1, max_size=48))
 async def test_garbage_instead_of_a_handshake_is_a_clear_error(
-    tmp_path: Path, garbage: bytes
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch, garbage: bytes
 ) -> None:
     FIGURES["garbage examples"] += 1
-    command = fake_command(tmp_path, "garbage", garbage.hex())
+    # The host reads the hello, writes the garbage, closes its output and reads until its
+    # input ends, as `fake_host.py garbage` does.
     with trio.fail_after(BOUND):
-        async with codemode.open_process_provider(
-            command, handshake_timeout=HANDSHAKE_TIMEOUT
-        ) as provider:
+        async with (
+            memory_hosts(monkeypatch, writes(garbage)) as hosts,
+            codemode.open_process_provider(handshake_timeout=HANDSHAKE_TIMEOUT) as provider,
+        ):
             with pytest.raises(HostLostError) as lost:
                 await provider.create_session()
     text = str(lost.value)
     assert text.startswith(REASONS), text
     reason = next(reason for reason in REASONS if text.startswith(reason))
     FIGURES[reason] = FIGURES.get(reason, 0) + 1
+    (host,) = hosts.spawned
+    assert host.exited.is_set()
 
 
 BROKEN_AFTER = 4
@@ -113,6 +122,7 @@ BROKEN_AFTER = 4
 cell's tool call, so that a cell and a tool call are in flight."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mode", "reason"),
     [
@@ -143,29 +153,6 @@ async def test_a_host_that_breaks_with_a_cell_in_flight(
             response = await again.initial_response()
             assert texts(response) == ["recovered"]
         assert delegate.closed == [started.cell_id]
-
-
-async def test_a_host_that_stalls_mid_frame_is_given_up_on(tmp_path: Path) -> None:
-    # A host that stops in the middle of a frame looks like a slow one: the caller's own
-    # deadline ends the wait, and the provider's exit kills the host (shutdown_timeout).
-    command = fake_command(tmp_path, "half-after", str(BROKEN_AFTER))
-    delegate = RecordingDelegate()
-    with trio.fail_after(BOUND):
-        async with codemode.open_process_provider(command, shutdown_timeout=1.0) as provider:
-            session = await provider.create_session()
-            started = await execute(
-                session, delegate, "text(await tools.slow({}))", tools=[tool("slow")],
-                yield_time_ms=LONG_MS,
-            )  # fmt: skip
-            with trio.move_on_after(1.0) as gave_up:
-                await started.initial_response()
-            assert gave_up.cancelled_caught
-        assert delegate.closed == [started.cell_id]
-        # A new provider (the counter file now says: the real host) serves at once.
-        async with codemode.open_process_provider(command) as provider:
-            response = await run(await provider.create_session(), delegate, "text(1)")
-            assert isinstance(response, Completed | Yielded)
-            assert texts(response) == ["1"]
 
 
 def test_client_fuzz_figures() -> None:

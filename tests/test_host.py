@@ -461,11 +461,16 @@ async def test_stray_prints_never_corrupt_the_stream_and_reach_the_log(
     assert "code-mode host stderr: stray print on stdout" in caplog.text
 
 
-async def test_handshake_timeout_kills_the_silent_host() -> None:
-    silent = [sys.executable, "-c", "import time; time.sleep(60)"]
-    async with codemode.open_process_provider(silent, handshake_timeout=0.5) as provider:
+async def test_handshake_timeout_kills_the_silent_host(tmp_path: Path) -> None:
+    # The timeout itself is tested on the mock clock (test_client_timeouts.py); here, that
+    # the real process it gave up on is killed and reaped by the time the error is raised.
+    pid_path = tmp_path / "pid"
+    # A shell writes its pid at once (well within the timeout), then becomes `sleep`.
+    silent = ["sh", "-c", f"echo $$ > {pid_path}; exec sleep 60"]
+    async with codemode.open_process_provider(silent, handshake_timeout=1.0) as provider:
         with trio.fail_after(10), pytest.raises(CodeModeError, match=r"^timed out negotiating"):
             await provider.create_session()
+    assert _gone(_pid_of(pid_path))
 
 
 async def test_a_host_that_cannot_be_spawned_is_reported() -> None:
@@ -640,6 +645,8 @@ main()
 
 
 async def test_a_host_stuck_in_shutdown_is_killed_after_the_shutdown_timeout() -> None:
+    # The timeout itself is tested on the mock clock (test_client_timeouts.py); here, with a
+    # real host whose runtime never finishes a shutdown, that its process is killed and reaped.
     delegate = RecordingDelegate()
     with trio.fail_after(10):
         async with codemode.open_process_provider(
@@ -647,8 +654,11 @@ async def test_a_host_stuck_in_shutdown_is_killed_after_the_shutdown_timeout() -
         ) as provider:
             session = await provider.create_session()
             await run(session, delegate, "await new Promise(() => {})", yield_time_ms=0)
+            (host,) = provider.statistics().hosts
+            assert host.pid is not None
     # The kill failed the session's shutdown, and its live cell was closed all the same.
     assert delegate.closed == ["1"]
+    assert _gone(host.pid)
 
 
 async def test_the_host_pipes_have_a_megabyte_of_room() -> None:
