@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Protocol, TypeVar
 
 import msgspec
@@ -25,6 +25,7 @@ from codemode import (
     WaitRequest,
 )
 from tests.delegates import RecordingDelegate
+from tests.remote_hosts import SharedHost
 
 
 class Provider(Protocol):
@@ -41,16 +42,49 @@ async def engine() -> AsyncIterator[Engine]:
         assert engine.live_cells == 0, "a test left a cell open"
 
 
-@pytest.fixture(params=["in-process", "process"])
-async def provider(request: pytest.FixtureRequest) -> AsyncIterator[Provider]:
-    """Each provider kind in turn; a caller cannot tell them apart but for documented details
-    (`host_duration` is None in-process, a float from the host)."""
-    if request.param == "in-process":
+PROVIDERS = [
+    "in-process",
+    pytest.param("process", marks=pytest.mark.slow),
+    pytest.param("pool", marks=pytest.mark.slow),
+    pytest.param("remote", marks=pytest.mark.slow),
+]
+"""The rows of the session contract: every provider kind. The rows but in-process start host
+processes (`remote` shares one per test session: `shared_host`), so they are slow."""
+
+
+@pytest.fixture(scope="session")
+def shared_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedHost]:
+    """One listening host for the session's `remote` rows (started on their first use)."""
+    host = SharedHost(tmp_path_factory.mktemp("shared-host"))
+    try:
+        yield host
+    finally:
+        host.close()
+
+
+@pytest.fixture(params=PROVIDERS)
+async def provider(
+    request: pytest.FixtureRequest, shared_host: SharedHost
+) -> AsyncIterator[Provider]:
+    """Each provider kind in turn, one of its own per test: in-process, process (one host
+    spawned for the test), pool (`hosts=2`: a test's first two sessions land on different
+    hosts), remote (a connection of the test's own to the session's shared listening host). A
+    caller cannot tell them apart but for documented details (`host_duration` is None
+    in-process, a float from a host)."""
+    kind: str = request.param
+    if kind == "in-process":
         async with codemode.open_in_process_provider() as in_process:
             yield _CheckedProvider(in_process, timed=False)
-    else:
+    elif kind == "process":
         async with codemode.open_process_provider() as process:
             yield _CheckedProvider(process, timed=True)
+    elif kind == "pool":
+        async with codemode.open_process_provider(hosts=2) as pool:
+            yield _CheckedProvider(pool, timed=True)
+    else:
+        async with codemode.open_remote_provider([shared_host.address()]) as remote:
+            yield _CheckedProvider(remote, timed=True)
+        shared_host.check()
 
 
 _R = TypeVar("_R", bound=RuntimeResponse | Pending)
