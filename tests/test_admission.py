@@ -59,7 +59,7 @@ from tests.sessions import LONG_MS, execute, run, texts, tool
 from tests.test_host import RawClient, handshake
 from tests.test_seed_stdio import host_proxy
 
-KINDS = ["in-process", "process"]
+KINDS = ["in-process", pytest.param("process", marks=pytest.mark.slow)]
 SPIN = "while (true) {}"
 
 
@@ -270,6 +270,7 @@ async def test_the_inventory_names_each_phase(kind: str) -> None:
             await session.shutdown()
 
 
+@pytest.mark.slow
 async def test_the_inventory_of_a_new_host_generation_has_public_ids(tmp_path: Path) -> None:
     proxy, pid_path = host_proxy(tmp_path)
     delegate = RecordingDelegate()
@@ -341,6 +342,7 @@ def test_the_admission_options_parse_into_limits() -> None:
     assert parse_admission(["--max-requests-in-flight=9"]).max_requests_in_flight == 9
 
 
+@pytest.mark.slow
 async def test_a_bad_admission_option_is_one_line_and_status_2() -> None:
     command = [*codemode.default_host_command(), "--max-active-cells", "0"]
     with trio.fail_after(20):
@@ -362,6 +364,7 @@ async def _read_stderr_until(process: trio.Process, marker: bytes) -> bytes:
     return seen
 
 
+@pytest.mark.slow
 async def test_the_host_advertises_its_options_and_logs_its_inventory_on_sigusr1() -> None:
     limits = AdmissionLimits(max_active_cells=3, max_pending_delegate_calls=7)
     command = [*codemode.default_host_command(), *host_options(limits)]

@@ -23,6 +23,7 @@ from tests.typecheck import ROOT
 SUBSET = ["latency", "terminate", "throughput", "memory", "engine"]
 
 
+@pytest.mark.slow
 async def test_the_table_runs_in_smoke_mode_and_writes_its_schema(tmp_path: Path) -> None:
     with trio.fail_after(120):
         written = await table.measure(Config(mode="smoke"), SUBSET)
@@ -78,7 +79,9 @@ def test_the_instruction_counts_are_read_per_thread(tmp_path: Path) -> None:
         instructions.thread_counts(tmp_path / "client-text-long")
 
 
-@pytest.mark.parametrize("component", ["client", "in-process"])
+@pytest.mark.parametrize(
+    "component", [pytest.param("client", marks=pytest.mark.slow), "in-process"]
+)
 async def test_the_counted_workloads_run(component: str) -> None:
     # What runs under valgrind, run here without it: the cells complete with their output.
     printed = {"text": "hi", "tool": "ok"}
@@ -89,6 +92,7 @@ async def test_the_counted_workloads_run(component: str) -> None:
             assert outputs == [[InputText(text=text)]] * 2, workload
 
 
+@pytest.mark.slow
 async def test_the_timeline_probes_both_hosts() -> None:
     # The probes patch the engine's start_cell and _dispatch: a rename must fail here.
     with trio.fail_after(60):

@@ -25,6 +25,8 @@ from codemode.model import ModelApi, exec_description, tool_specs
 from examples.weather_tools import toolbox
 from tests.typecheck import ROOT
 
+pytestmark = pytest.mark.slow  # Every test runs the `codemode` command (a subprocess).
+
 COMMAND = str(Path(sys.executable).parent / "codemode")
 WEATHER_TOOLS = ("--tools", "examples.weather_tools:toolbox")
 TIMEOUT = 60

@@ -762,6 +762,7 @@ def _rss() -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+@pytest.mark.slow
 async def test_a_finished_cells_blocks_are_all_freed() -> None:
     # Rule 12: freeing a runtime frees the list of its blocks, not each object. 200 cells that
     # each leave 4 MiB in their runtime, in thousands of blocks, would keep 800 MiB if the list

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 
+import pytest
 import trio
 from codemode_host.engine import RELEASE_AFTER_CELLS, open_engine
 
@@ -19,6 +20,7 @@ async def test_trim_gives_memory_back_on_request() -> None:
         assert engine.trims == trims + 1
 
 
+@pytest.mark.slow
 async def test_an_idle_engine_collects_garbage_and_trims_after_a_burst_of_cells() -> None:
     # Automatic collections off: a full collection recorded is the engine's own.
     trims_at_collection: list[int] = []

@@ -20,6 +20,7 @@ from tests.test_model_specs import check_typed_dict
 from tests.typecheck import ROOT
 
 
+@pytest.mark.slow
 def test_quickstart_runs() -> None:
     result = subprocess.run(
         [sys.executable, "examples/quickstart.py"],
@@ -44,6 +45,7 @@ def readme_block_after(marker: str) -> str:
     return match.group(1)
 
 
+@pytest.mark.slow
 def test_readme_first_look_runs_and_prints_what_the_readme_shows(tmp_path: Path) -> None:
     script = tmp_path / "first_look.py"
     script.write_text(
@@ -78,6 +80,7 @@ def test_the_readme_indexes_every_page_of_docs() -> None:
     assert sorted(listed) == sorted(path.name for path in (ROOT / "docs").glob("*.md"))
 
 
+@pytest.mark.slow
 def test_readme_main_job_runs_and_prints_what_the_readme_shows() -> None:
     command = readme_block_after("<!-- ci:main -->").strip()
     result = subprocess.run(
@@ -112,6 +115,7 @@ day 3: snow, 18 to 25 C
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [[], ["--stream"]], ids=["json", "stream"])
 @pytest.mark.parametrize(
     ("api", "exec_id", "wait_id"),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import codemode
 
 
@@ -66,6 +68,7 @@ def test_normalize_identifier() -> None:
     assert codemode.normalize_identifier("é") == "_"
 
 
+@pytest.mark.slow
 def test_model_layer_loads_trio_only_for_code_mode() -> None:
     # `import codemode` is also how the host reaches the sans-IO protocol package.
     code = (

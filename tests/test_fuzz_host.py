@@ -301,6 +301,7 @@ STATISTICS = {
 }
 
 
+@pytest.mark.slow
 @FUZZ
 @given(
     handshake=st.booleans() | st.just(True),
@@ -340,6 +341,7 @@ async def test_the_host_survives_whatever_a_client_sends(
             await _fresh_probe()
 
 
+@pytest.mark.slow
 @FUZZ
 @given(
     steps=st.lists(

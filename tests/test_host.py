@@ -71,6 +71,8 @@ from tests.delegates import RecordingDelegate
 from tests.frames import receive_message
 from tests.sessions import LONG_MS, run, texts, tool
 
+pytestmark = pytest.mark.slow  # Every test runs a real host process.
+
 HELLO = Hello(supported_versions=[1])
 PIPE_MAX_SIZE = Path("/proc/sys/fs/pipe-max-size")
 

@@ -32,6 +32,7 @@ def _host(*arguments: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_help_describes_the_program_and_its_options() -> None:
     done = _host("--help")
     assert done.returncode == 0, done.stderr
@@ -42,6 +43,7 @@ def test_help_describes_the_program_and_its_options() -> None:
     print(done.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("arguments", "reason"),
     [
@@ -64,6 +66,7 @@ def test_a_bad_option_is_one_line_and_status_2(arguments: list[str], reason: str
     assert lines[0].endswith("(see codemode-host --help)")
 
 
+@pytest.mark.slow
 async def test_the_host_serves_with_its_options() -> None:
     command = [*HOST, "--workers", "1", "--max-workers", "2", "--log-level", "error"]
     with trio.fail_after(30):
@@ -74,6 +77,7 @@ async def test_the_host_serves_with_its_options() -> None:
             assert texts(response) == ["42"]
 
 
+@pytest.mark.slow
 async def test_an_active_cell_cap_past_the_engine_worker_bound_still_serves() -> None:
     # The worker ceiling follows the active-cell cap; past the engine's 1,024 workers it used
     # to crash the host at start with a traceback.
@@ -85,6 +89,7 @@ async def test_an_active_cell_cap_past_the_engine_worker_bound_still_serves() ->
             assert texts(response) == ["42"]
 
 
+@pytest.mark.slow
 def test_version_prints_the_installed_version() -> None:
     from importlib.metadata import version
 
@@ -108,6 +113,7 @@ NOT_LOADED_AT_START = (
 )
 
 
+@pytest.mark.slow
 def test_the_host_start_loads_nothing_it_does_not_need() -> None:
     code = (
         "import sys\n"

@@ -18,6 +18,7 @@ import random
 import signal
 from pathlib import Path
 
+import pytest
 import trio
 
 import codemode
@@ -40,6 +41,8 @@ from tests.delegates import RecordingDelegate
 from tests.sessions import texts, tool
 from tests.test_host import _dead
 from tests.test_seed_stdio import host_proxy
+
+pytestmark = pytest.mark.slow  # Real hosts, killed twenty times.
 
 SEED = 20261201
 KILLS = 20

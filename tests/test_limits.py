@@ -48,6 +48,7 @@ def failure(response: object) -> str:
 # ---- heap ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_the_default_heap_limit_fails_an_unbounded_allocation(session: Session) -> None:
     with trio.fail_after(60):
         response = await run(session, RecordingDelegate(), ALLOCATE_FOREVER)
@@ -115,6 +116,7 @@ async def test_a_cell_past_its_cpu_time_ends_by_itself_without_committing(
     assert texts(load) == ["undefined"]
 
 
+@pytest.mark.slow
 async def test_cpu_time_adds_up_over_many_short_turns(provider: Provider) -> None:
     session = await provider.create_session(CellLimits(max_cpu_time_ms=300))
     source = """
@@ -199,6 +201,7 @@ async def test_a_store_past_the_stored_value_limit_throws(provider: Provider) ->
 # ---- hostile shapes --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_deep_recursion_and_deep_json_fail_their_cell(session: Session) -> None:
     sources = [
         "function f() { return f() + 1; } f();",
@@ -251,6 +254,7 @@ async def test_the_inventory_reports_the_cpu_time_the_engine_measured(session: S
     assert cells[0].cpu_time_ms >= 20
 
 
+@pytest.mark.slow
 async def test_terminate_returns_soon_from_a_native_call_that_ignores_interrupts(
     session: Session,
 ) -> None:
@@ -273,6 +277,7 @@ async def test_terminate_returns_soon_from_a_native_call_that_ignores_interrupts
     assert took < 1.0
 
 
+@pytest.mark.slow
 async def test_a_hundred_thousand_tool_calls_at_once_are_contained(provider: Provider) -> None:
     # The delegate answers each call at once; past the pending-call bound (1024) a call is
     # rejected at once, and the host keeps serving this session and the others.

@@ -55,6 +55,7 @@ def cell_id_of(result: types.CallToolResult) -> str:
     return match.group(1)
 
 
+@pytest.mark.slow
 async def test_stdio_exec_and_wait_with_python_and_upstream_mcp_tools() -> None:
     server = stdio(
         "--tools",
@@ -133,6 +134,7 @@ async def test_stdio_exec_and_wait_with_python_and_upstream_mcp_tools() -> None:
             assert "exec cell 99 not found" in text_of(unknown)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_upstream_tool_changes_reach_the_client(mode: str) -> None:
     server = stdio("--server", "test=" + " ".join(sdk_server_command()))
@@ -166,6 +168,7 @@ async def test_upstream_tool_changes_reach_the_client(mode: str) -> None:
             nursery.cancel_scope.cancel()
 
 
+@pytest.mark.slow
 async def test_shutting_the_service_down_terminates_its_cells() -> None:
     closed: list[CellId] = []
     started = trio.Event()
@@ -228,6 +231,7 @@ def with_token(token: str | None) -> httpx2.AsyncClient:
     return create_mcp_http_client(headers=headers)
 
 
+@pytest.mark.slow
 async def test_http_needs_the_token_and_checks_the_origin(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("s3cret-token\n")
@@ -262,6 +266,7 @@ async def test_http_needs_the_token_and_checks_the_origin(tmp_path: Path) -> Non
                 assert evil.status_code == 403
 
 
+@pytest.mark.slow
 @SDK_HTTP_CLIENT_LEAK
 async def test_http_gives_each_client_its_own_session() -> None:
     with trio.fail_after(TIMEOUT):
@@ -277,6 +282,7 @@ async def test_http_gives_each_client_its_own_session() -> None:
             assert text_of(mine).endswith("Output:\nfirst")
 
 
+@pytest.mark.slow
 async def test_a_toolbox_reaches_an_http_server_by_url_with_headers(tmp_path: Path) -> None:
     from codemode.mcp import McpServer, open_mcp_toolbox
 
@@ -362,6 +368,7 @@ def test_serve_option_mistakes_are_usage_errors(tmp_path: Path) -> None:
         read_token(str(tmp_path / "token"))
 
 
+@pytest.mark.slow
 async def test_serve_refuses_an_open_address_and_reports_a_missing_server() -> None:
     cases = [
         (["--http", "0.0.0.0:8765"], "refusing to serve on 0.0.0.0 without --token-file"),
@@ -391,6 +398,7 @@ def python_blocks(path: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", path.read_text(), re.S)
 
 
+@pytest.mark.slow
 async def test_the_copy_paste_examples_of_docs_mcp_run(everything: list[str]) -> None:
     toolbox_example, client_example = python_blocks(ROOT / "docs" / "mcp.md")
     npx = '"npx -y @modelcontextprotocol/server-everything@2026.8.31"'
@@ -430,6 +438,7 @@ async def read_line(stream: trio.abc.ReceiveStream, buffer: bytearray) -> dict[s
     return message
 
 
+@pytest.mark.slow
 @pytest.mark.slow
 async def test_stdio_answers_a_request_holding_a_lone_surrogate() -> None:
     initialize = {
@@ -499,6 +508,7 @@ def exits() -> str:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.slow
 async def test_stdio_a_tool_raising_system_exit_fails_only_its_call(tmp_path: Path) -> None:
     # needs the tool-containment fix (a tool's SystemExit rejects its call's promise)

@@ -47,6 +47,7 @@ def results(response: Completed) -> list[Any]:
     return [json.loads(text) for text in texts(response)]
 
 
+@pytest.mark.slow
 async def test_server_everything_tools_are_typed_calls_in_cells(
     session: Session, everything: list[str]
 ) -> None:
@@ -95,6 +96,7 @@ async def test_server_everything_tools_are_typed_calls_in_cells(
     assert set(weather) == {"temperature", "conditions", "humidity"}
 
 
+@pytest.mark.slow
 async def test_image_takes_an_mcp_image_block_of_a_real_result(
     session: Session, everything: list[str]
 ) -> None:
@@ -120,6 +122,7 @@ async def test_image_takes_an_mcp_image_block_of_a_real_result(
     assert mime == InputText(text="image/png")
 
 
+@pytest.mark.slow
 async def test_a_long_running_operation_runs_and_its_cell_can_be_terminated(
     session: Session, everything: list[str]
 ) -> None:
@@ -165,6 +168,7 @@ def call(tool: str, cell_id: str = "1", arguments: Any = None) -> NestedToolCall
     )
 
 
+@pytest.mark.slow
 async def test_errors_reach_the_cell_as_values_or_rejections(session: Session) -> None:
     with trio.fail_after(TIMEOUT):
         async with open_mcp_toolbox({"test": sdk_server_command()}) as toolbox:
@@ -189,6 +193,7 @@ async def test_errors_reach_the_cell_as_values_or_rejections(session: Session) -
     ]
 
 
+@pytest.mark.slow
 async def test_cancelling_a_cell_cancels_its_mcp_request(session: Session) -> None:
     with trio.fail_after(TIMEOUT):
         async with open_mcp_toolbox({"test": sdk_server_command()}) as toolbox:
@@ -211,6 +216,7 @@ async def test_cancelling_a_cell_cancels_its_mcp_request(session: Session) -> No
             assert cancelled["content"][0]["text"] == "cancelled"
 
 
+@pytest.mark.slow
 async def test_a_server_that_dies_is_reported_and_restarted_on_next_use(
     session: Session,
 ) -> None:
@@ -237,6 +243,7 @@ async def test_a_server_that_dies_is_reported_and_restarted_on_next_use(
     ]
 
 
+@pytest.mark.slow
 async def test_list_changed_updates_the_toolbox_and_a_combination(session: Session) -> None:
     python_tools = codemode.Toolbox()
 
@@ -269,6 +276,7 @@ def names(definitions: list[ToolDefinition]) -> list[str]:
     return [definition.name for definition in definitions]
 
 
+@pytest.mark.slow
 async def test_a_server_that_cannot_start_fails_the_open_with_a_clear_text() -> None:
     with trio.fail_after(TIMEOUT):
         with pytest.raises(McpConnectionError) as missing:
@@ -285,6 +293,7 @@ async def test_a_server_that_cannot_start_fails_the_open_with_a_clear_text() -> 
         )
 
 
+@pytest.mark.slow
 async def test_the_body_exception_leaves_the_toolbox_as_itself() -> None:
     with trio.fail_after(TIMEOUT), pytest.raises(KeyError):
         async with open_mcp_toolbox({"test": sdk_server_command()}):
@@ -330,6 +339,7 @@ def test_server_specs_and_config_files(tmp_path: Any) -> None:
         read_config(config)
 
 
+@pytest.mark.slow
 def test_without_the_extra_the_import_error_names_it() -> None:
     code = "import sys; sys.modules['mcp'] = None\nimport codemode.mcp"
     result = subprocess.run(
@@ -341,6 +351,7 @@ def test_without_the_extra_the_import_error_names_it() -> None:
     )
 
 
+@pytest.mark.slow
 def test_the_front_door_does_not_import_the_sdk() -> None:
     code = "import sys, codemode; codemode.combine; print('mcp' in sys.modules)"
     result = subprocess.run(

@@ -428,6 +428,7 @@ def test_negative_options_are_refused() -> None:
             CodeMode(None, RecordingDelegate(), [], **{option: -1})  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 async def test_started_cell_preserves_remote_initial_response_errors(tmp_path: Path) -> None:
     # The host dies while the exec awaits its first response: the error's text reaches the
     # model as it is, as a tool-level error about the cell it started.

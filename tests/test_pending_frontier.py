@@ -437,6 +437,7 @@ async def test_pending_mode_freezes_runtime_commands_until_resume(engine: Engine
 # ---- a host without the capabilities ---------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_host_without_the_capabilities_is_refused_with_their_names() -> None:
     command = [sys.executable, str(Path(__file__).with_name("limited_host.py"))]
     with trio.fail_after(20):

@@ -70,6 +70,7 @@ async def test_a_negative_idle_host_timeout_is_refused() -> None:
             pass  # pragma: no cover
 
 
+@pytest.mark.slow
 async def test_sessions_spread_evenly_over_lazily_spawned_hosts() -> None:
     with trio.fail_after(60):
         async with codemode.open_process_provider(hosts=4) as provider:
@@ -96,6 +97,7 @@ async def test_sessions_spread_evenly_over_lazily_spawned_hosts() -> None:
             assert [host.cells for host in provider.statistics().hosts] == [0, 0, 0, 0]
 
 
+@pytest.mark.slow
 async def test_placement_goes_by_active_cells_before_sessions() -> None:
     with trio.fail_after(60):
         async with codemode.open_process_provider(hosts=2) as provider:
@@ -117,6 +119,7 @@ async def test_placement_goes_by_active_cells_before_sessions() -> None:
             assert spread(provider) == [2, 3]
 
 
+@pytest.mark.slow
 async def test_a_killed_host_affects_only_its_own_sessions() -> None:
     with trio.fail_after(60):
         async with codemode.open_process_provider(hosts=2) as provider:
@@ -180,6 +183,7 @@ async def test_a_killed_host_affects_only_its_own_sessions() -> None:
             delegates[0].release.set()
 
 
+@pytest.mark.slow
 async def test_an_idle_empty_host_is_retired_but_the_last_one_is_kept() -> None:
     with trio.fail_after(60):
         async with codemode.open_process_provider(hosts=2, idle_host_timeout=0.0) as provider:
@@ -212,6 +216,7 @@ async def test_an_idle_empty_host_is_retired_but_the_last_one_is_kept() -> None:
             await third.shutdown()
 
 
+@pytest.mark.slow
 async def test_a_host_with_a_session_is_not_retired() -> None:
     with trio.fail_after(60):
         async with codemode.open_process_provider(hosts=3, idle_host_timeout=0.0) as provider:
@@ -225,6 +230,7 @@ async def test_a_host_with_a_session_is_not_retired() -> None:
             assert None not in (pids(provider)[0], pids(provider)[2])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ending", ["normal", "cancelled"])
 async def test_leaving_a_pool_leaves_no_process(ending: str) -> None:
     seen: list[int] = []
@@ -245,6 +251,7 @@ async def test_leaving_a_pool_leaves_no_process(ending: str) -> None:
         assert len(delegate.closed) == 6
 
 
+@pytest.mark.slow
 async def test_admission_limits_hold_per_host() -> None:
     command = [*codemode.default_host_command(), "--max-active-cells", "1"]
     with trio.fail_after(60):

@@ -354,6 +354,7 @@ def test_unknown_fields_and_types_are_rejected_at_every_level(payload: dict[str,
         decoder.next_message()
 
 
+@pytest.mark.slow
 def test_the_protocol_package_does_no_io() -> None:
     code = "import codemode.protocol, sys; print(sorted(m for m in ('trio', 'socket', 'asyncio') if m in sys.modules))"
     result = subprocess.run(

@@ -35,6 +35,8 @@ from tests.delegates import RecordingDelegate
 from tests.helpers import wait_exited
 from tests.sessions import execute, run, texts
 
+pytestmark = pytest.mark.slow  # A Ray cluster and its host actors.
+
 TOKEN = "ray-test-token-4f1c"
 
 

@@ -51,6 +51,7 @@ async def test_addresses_are_checked_on_entry() -> None:
             pass  # pragma: no cover
 
 
+@pytest.mark.slow
 async def test_sessions_go_to_the_least_loaded_host(tmp_path: Path) -> None:
     with trio.fail_after(60):
         async with (
@@ -75,6 +76,7 @@ async def test_sessions_go_to_the_least_loaded_host(tmp_path: Path) -> None:
             assert provider.placement() == {tcp.address: 4, unix.address: 4}
 
 
+@pytest.mark.slow
 async def test_unreachable_hosts_are_skipped(tmp_path: Path) -> None:
     nowhere = f"unix:{tmp_path / 'nobody.sock'}"
     with trio.fail_after(60):
@@ -95,6 +97,7 @@ async def test_unreachable_hosts_are_skipped(tmp_path: Path) -> None:
             )
 
 
+@pytest.mark.slow
 async def test_an_admission_refusal_is_retried_on_another_host() -> None:
     with trio.fail_after(60):
         async with (
@@ -134,6 +137,7 @@ async def test_an_admission_refusal_is_retried_on_another_host() -> None:
             assert isinstance(await started.initial_response(), Completed)
 
 
+@pytest.mark.slow
 async def test_a_lost_host_is_reported_once_as_replaced_then_the_session_goes_on() -> None:
     with trio.fail_after(90):
         async with (
@@ -194,6 +198,7 @@ async def test_a_lost_host_is_reported_once_as_replaced_then_the_session_goes_on
                 assert await second.stop() == 0
 
 
+@pytest.mark.slow
 async def test_a_host_that_stops_cleanly_is_replaced_too() -> None:
     with trio.fail_after(90):
         async with listening_host() as first:
@@ -209,6 +214,7 @@ async def test_a_host_that_stops_cleanly_is_replaced_too() -> None:
                     assert (response.cell_id, texts(response)) == ("g2:1", ["3"])
 
 
+@pytest.mark.slow
 async def test_a_resolve_hook_finds_a_host_that_moved() -> None:
     asked: list[int] = []
     current: list[str] = []

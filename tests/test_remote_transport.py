@@ -118,6 +118,7 @@ def _start(*arguments: str, env: dict[str, str] | None = None) -> subprocess.Com
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("arguments", "reason"),
     [
@@ -141,6 +142,7 @@ def test_listening_mistakes_are_one_line_and_status_2(arguments: list[str], reas
     assert reason in lines[0]
 
 
+@pytest.mark.slow
 def test_a_blank_token_is_refused(tmp_path: Path) -> None:
     done = _start("--listen", "unix:/tmp/never", env={"CODEMODE_HOST_TOKEN": "two words"})
     assert done.returncode == 2
@@ -151,6 +153,7 @@ def test_a_blank_token_is_refused(tmp_path: Path) -> None:
 # ---- serving -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_tcp_with_a_token_file_serves_cells_and_tool_calls(tmp_path: Path) -> None:
     with trio.fail_after(60):
         async with listening_host("--token-file", _token_file(tmp_path)) as host:
@@ -172,6 +175,7 @@ async def test_tcp_with_a_token_file_serves_cells_and_tool_calls(tmp_path: Path)
             assert await host.stop() == 0
 
 
+@pytest.mark.slow
 async def test_unix_socket_with_an_environment_token(tmp_path: Path) -> None:
     path = tmp_path / "host.sock"
     with trio.fail_after(60):
@@ -188,6 +192,7 @@ async def test_unix_socket_with_an_environment_token(tmp_path: Path) -> None:
         assert not path.exists()  # removed on exit
 
 
+@pytest.mark.slow
 async def test_a_stale_socket_file_is_replaced(tmp_path: Path) -> None:
     path = tmp_path / "host.sock"
     with trio.fail_after(60):
@@ -202,6 +207,7 @@ async def test_a_stale_socket_file_is_replaced(tmp_path: Path) -> None:
             assert texts(await run(session, RecordingDelegate(), "text(1)")) == ["1"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("token", "text"),
     [
@@ -229,6 +235,7 @@ async def test_a_wrong_or_missing_token_is_refused_and_the_host_serves_on(
             assert TOKEN not in host.log()
 
 
+@pytest.mark.slow
 async def test_a_version_mismatch_is_refused_naming_both_versions() -> None:
     with trio.fail_after(60):
         async with listening_host() as host, trio.open_nursery() as nursery:
@@ -290,6 +297,7 @@ def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
     return cert, key
 
 
+@pytest.mark.slow
 async def test_tls_serves_a_trusting_client_and_refuses_the_others(tmp_path: Path) -> None:
     cert, key = _self_signed(tmp_path)
     options = (
@@ -335,6 +343,7 @@ async def _next(stream: trio.SocketStream, client: ClientConnection) -> ClientEv
     return event
 
 
+@pytest.mark.slow
 async def test_a_client_dropped_mid_cell_frees_its_cells_and_the_host_serves_on() -> None:
     # One engine worker: the dropped client's spinning cell holds it until the host
     # terminates that cell, so the other client's cell completes only if it did.

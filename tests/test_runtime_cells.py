@@ -407,6 +407,7 @@ def test_observation_window_grace_and_clamp() -> None:
     assert observation_window_ms(500, CellLimits(max_yield_time_ms=100)) == 100
 
 
+@pytest.mark.slow
 async def test_a_shielding_delegate_cannot_hold_termination_past_the_grace(
     session: Session, delegate: RecordingDelegate
 ) -> None:

@@ -8,6 +8,7 @@ import json
 import os
 import re
 
+import pytest
 import trio
 
 import codemode
@@ -439,6 +440,7 @@ def _threads_and_fds() -> tuple[int, int]:
     return len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd"))
 
 
+@pytest.mark.slow
 async def test_provider_leaves_no_threads_or_file_descriptors() -> None:
     # A first lifetime warms what may legitimately stay (trio's idle worker thread cache).
     async with codemode.open_in_process_provider():
@@ -462,6 +464,7 @@ GARBAGE_SOURCES = [
 ]
 
 
+@pytest.mark.slow
 async def test_ended_cells_leave_no_cyclic_garbage(session: Session) -> None:
     # Every cell's objects were a reference cycle (the cell and its calls' `accepting`
     # closure): under 64 sessions the host's cyclic collector found about 40 objects a cell

@@ -300,6 +300,7 @@ async def test_repeated_termination_is_rejected_while_callback_cleanup_is_pendin
     assert delegate.closed == ["1"]
 
 
+@pytest.mark.slow
 async def test_terminate_waits_for_delegate_cleanup_at_most_the_grace(
     session: Session, delegate: RecordingDelegate
 ) -> None:

@@ -43,6 +43,9 @@ from codemode import (
 )
 from tests.delegates import RecordingDelegate
 
+# Every test runs a real host process (the reference's stdio integration tests).
+pytestmark = pytest.mark.slow
+
 
 class CancellationDelegate:
     """The seed's delegate: records Started/Cancelled/CellClosed events in order."""

@@ -13,12 +13,15 @@ import time
 from pathlib import Path
 
 import msgspec
+import pytest
 import trio
 
 import codemode
 from codemode import Completed, ExecuteRequest, JsonValue, NestedToolCall, Session
 from tests.delegates import RecordingDelegate
 from tests.sessions import texts, tool
+
+pytestmark = pytest.mark.slow  # 10,000 cells on a real host.
 
 SESSIONS = 50
 CELLS = 10_000

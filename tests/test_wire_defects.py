@@ -67,7 +67,7 @@ from tests.sessions import LONG_MS, execute, texts, tool
 from tests.test_host import host_dies_with_its_parent, raw_host
 from tests.test_seed_stdio import host_proxy
 
-PROVIDERS = ["in-process", "process"]
+PROVIDERS = ["in-process", pytest.param("process", marks=pytest.mark.slow)]
 
 
 def open_provider(kind: str, **options: Any) -> AbstractAsyncContextManager[Any]:
@@ -89,6 +89,7 @@ def request(source: str, *, yield_time_ms: int | None = LONG_MS) -> ExecuteReque
 # ---- the host's lifetime -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_host_started_from_a_thread_that_has_exited_still_answers() -> None:
     # The thread spawns the host, shakes hands with it (the host is up and watching its
     # parent), then exits. With a parent-death *signal* the host would die with the thread.
@@ -160,6 +161,7 @@ sys.stdin.read()
 """
 
 
+@pytest.mark.slow
 async def test_the_host_dies_with_its_parent_process_even_when_its_stdin_stays_open() -> None:
     await host_dies_with_its_parent(KEEPER_PARENT)
 
@@ -175,6 +177,7 @@ for (let i = 0; i < {LINES}; i++) {{
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", PROVIDERS)
 async def test_no_output_is_lost_when_waits_are_cancelled_at_random(kind: str) -> None:
     seed = 20261201
@@ -238,6 +241,7 @@ runpy.run_module("codemode_host", run_name="__main__")
 """
 
 
+@pytest.mark.slow
 async def test_a_host_that_fails_to_start_says_why() -> None:
     with trio.fail_after(20):
         async with codemode.open_process_provider([sys.executable, "-c", FAILING_HOST]) as provider:
@@ -248,6 +252,7 @@ async def test_a_host_that_fails_to_start_says_why() -> None:
     assert message.endswith("cannot start: no licence for this machine")
 
 
+@pytest.mark.slow
 async def test_a_host_that_writes_a_lot_to_stderr_before_the_handshake_still_starts() -> None:
     with trio.fail_after(20):
         async with codemode.open_process_provider([sys.executable, "-c", CHATTY_HOST]) as provider:
@@ -256,6 +261,7 @@ async def test_a_host_that_writes_a_lot_to_stderr_before_the_handshake_still_sta
             assert texts(await started.initial_response()) == ["up"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", PROVIDERS)
 async def test_a_cancelled_shutdown_still_closes_every_cell(kind: str) -> None:
     delegate = RecordingDelegate()
@@ -308,6 +314,7 @@ async def test_providers_forget_closed_sessions(kind: str) -> None:
 # ---- frame order and validation ----------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_explicit_yield_frame_precedes_notification_and_terminal_output_drops_timers() -> (
     None
 ):
@@ -341,6 +348,7 @@ async def test_explicit_yield_frame_precedes_notification_and_terminal_output_dr
             assert await client.process.wait() == 0
 
 
+@pytest.mark.slow
 async def test_a_malformed_hello_fails_decoding_and_the_host_exits_with_an_error() -> None:
     hello = msgspec.msgpack.encode({"type": "connection/hello", "supported_versions": [1, 1]})
     async with raw_host() as client:
@@ -399,6 +407,7 @@ async def test_operations_after_the_provider_closed_raise_provider_closed(kind: 
 # ---- found by reading --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_stopped_host_leaves_every_caller_cancellable(tmp_path: Path) -> None:
     proxy, pid_path = host_proxy(tmp_path)
     with trio.fail_after(30):
@@ -452,6 +461,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 async def test_answers_written_before_the_host_exits_reach_their_callers() -> None:
     delegate = RecordingDelegate()
     with trio.fail_after(20):
