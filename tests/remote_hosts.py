@@ -98,6 +98,15 @@ async def listening_host(
                     await process.stdout.aclose()
 
 
+_SHARED_PIDS: set[int] = set()
+
+
+def shared_host_pids() -> set[int]:
+    """The pids of the running `SharedHost`s: children of this process that outlive a test
+    by design (a test that checks it left no child process must not count them)."""
+    return set(_SHARED_PIDS)
+
+
 class SharedHost:
     """One listening host on a Unix socket in `directory`, shared by the tests of a session
     (the `remote` row of the `provider` fixture: tests/conftest.py).
@@ -122,7 +131,10 @@ class SharedHost:
 
     def address(self) -> str:
         """The host's address, started first if it is not running."""
-        if self._process is None or self._process.poll() is not None:
+        if self._process is not None and self._process.poll() is not None:
+            _SHARED_PIDS.discard(self._process.pid)
+            self._process = None
+        if self._process is None:
             self._start()
         return self._address
 
@@ -149,6 +161,7 @@ class SharedHost:
                 env=environment,
             )
         self._process = process
+        _SHARED_PIDS.add(process.pid)
         assert process.stdout is not None
         line = _read_line_within(process.stdout.fileno(), STOP_BOUND)
         process.stdout.close()
@@ -170,6 +183,7 @@ class SharedHost:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        _SHARED_PIDS.discard(process.pid)
 
 
 def _read_line_within(fd: int, seconds: float) -> bytes:

@@ -38,6 +38,7 @@ from codemode import (
     Yielded,
 )
 from tests.delegates import RecordingDelegate
+from tests.remote_hosts import shared_host_pids
 from tests.sessions import texts, tool
 from tests.test_host import _dead
 from tests.test_seed_stdio import host_proxy
@@ -149,14 +150,16 @@ def _running_hosts(pids: set[int]) -> list[int]:
 
 
 def _our_children() -> list[int]:
-    """Processes whose parent is this one (none may remain: no zombie, no live host)."""
+    """Processes whose parent is this one (none may remain: no zombie, no live host), but
+    the listening host the session's remote rows share (tests/remote_hosts.py)."""
+    shared = shared_host_pids()
     children = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[1]) == os.getpid():
+        if int(fields[1]) == os.getpid() and int(stat.parent.name) not in shared:
             children.append(int(stat.parent.name))
     return children
 
