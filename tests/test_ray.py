@@ -35,7 +35,8 @@ from tests.delegates import RecordingDelegate
 from tests.helpers import wait_exited
 from tests.sessions import execute, run, texts
 
-pytestmark = pytest.mark.slow  # A Ray cluster and its host actors.
+# A Ray cluster and its host actors; under pytest-xdist, one cluster in one worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 TOKEN = "ray-test-token-4f1c"
 
