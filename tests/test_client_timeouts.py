@@ -210,7 +210,8 @@ async def test_an_idle_host_of_a_pool_is_retired_after_the_idle_timeout(
             statistics = provider.statistics()
             assert statistics.retired == 1
             assert [host.pid for host in statistics.hosts] == [hosts.spawned[0].pid, None]
-            # The last live host is never retired.
+            # The last live host is never retired: two idle timeouts pass (on the mock clock;
+            # a sleep is the only way to see that nothing happens) and it still runs.
             await first.shutdown()
             await trio.sleep(2 * IDLE_HOST_TIMEOUT)
             assert provider.statistics().retired == 1
