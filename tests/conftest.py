@@ -67,10 +67,10 @@ async def provider(
     request: pytest.FixtureRequest, shared_host: SharedHost
 ) -> AsyncIterator[Provider]:
     """Each provider kind in turn, one of its own per test: in-process, process (one host
-    spawned for the test), pool (`hosts=2`: a test's first two sessions land on different
-    hosts), remote (a connection of the test's own to the session's shared listening host). A
-    caller cannot tell them apart but for documented details (`host_duration` is None
-    in-process, a float from a host)."""
+    spawned for the test), pool (`hosts=2`: a second session opened while the first is open
+    goes to the other host), remote (a connection of the test's own to the session's shared
+    listening host). A caller cannot tell them apart but for documented details
+    (`host_duration` is None in-process, a float from a host)."""
     kind: str = request.param
     if kind == "in-process":
         async with codemode.open_in_process_provider() as in_process:
