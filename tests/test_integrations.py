@@ -29,6 +29,7 @@ def test_a_missing_extra_is_one_line_naming_it(
     assert str(raised.value) == f"{module} needs {requirement}: pip install 'codemode[{extra}]'"
 
 
+@pytest.mark.slow
 def test_importing_codemode_and_the_bridge_loads_no_framework() -> None:
     frameworks = [framework for _, framework, _, _ in INTEGRATIONS]
     script = (

@@ -19,7 +19,11 @@ from tests.delegates import RecordingDelegate
 from tests.remote_hosts import listening_host
 from tests.sessions import execute
 
-KINDS = ["in-process", "process", "remote"]
+KINDS = [
+    "in-process",
+    pytest.param("process", marks=pytest.mark.slow),
+    pytest.param("remote", marks=pytest.mark.slow),
+]
 LIMITS = ToolThreadLimits(max_running=3, max_abandoned=5)
 
 
@@ -85,6 +89,7 @@ async def test_every_provider_is_a_provider_with_the_same_statistics(kind: str) 
             check_hosts(kind, statistics, address)
 
 
+@pytest.mark.slow
 async def test_the_session_classes_that_went_away_are_deprecated_aliases() -> None:
     with pytest.warns(DeprecationWarning, match=r"^codemode\.process\.ProcessSession is deprec"):
         from codemode.process import ProcessSession
