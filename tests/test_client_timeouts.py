@@ -183,6 +183,9 @@ async def test_a_host_that_stalls_mid_frame_is_lost_after_the_heartbeat_misses(
             # The last bytes came within the interval before the first silent one.
             assert silent >= HEARTBEAT_MISSES * HEARTBEAT_INTERVAL
             assert silent <= (HEARTBEAT_MISSES + 1) * HEARTBEAT_INTERVAL
+            # Killed when it was given up on (its task ends at its next step).
+            await hosts.spawned[0].exited.wait()
+            assert hosts.spawned[0].exited_at == pytest.approx(stalled + silent)
             assert hosts.spawned[0].status == KILLED
             await delegate.until(lambda: delegate.closed == [started.cell_id])
             again = await run(session, RecordingDelegate(), "again")
