@@ -125,7 +125,8 @@ def sanitize(session: nox.Session) -> None:
     the binding leaks (docs/engine.md, "Checking the binding").
     """
     build_requires = PYPROJECT["build-system"]["requires"]  # setup.py fetches with pip
-    test_requires = _pinned("pytest", "pytest-trio", "hypothesis")
+    # pytest-xdist: pyproject.toml's addopts name its `--dist` option (a no-op without `-n`).
+    test_requires = _pinned("pytest", "pytest-trio", "pytest-xdist", "hypothesis")
     # anyio: tests/test_misbehaving_tools.py calls anyio from a tool (the mcp SDK's runtime).
     session.install(*build_requires, *PYPROJECT["project"]["dependencies"], *test_requires, "anyio")
 
