@@ -105,7 +105,7 @@ from ._messages import (
 )
 from ._recent import RecentIds, RecentNumbers
 from ._salvage import salvage
-from ._states import SESSION, ConnectionState, ConnectionTrigger, SessionState, SessionTrigger
+from ._states import ConnectionState, ConnectionTrigger, SessionBook, SessionState, SessionTrigger
 
 HostEvent = (
     HandshakeCompleted
@@ -158,7 +158,7 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
         super().__init__(ClientMessage)
         self._active: dict[int, HostRequest] = {}
         self._finished = RecentNumbers()
-        self._sessions: dict[str, SessionState] = {}
+        self._sessions = SessionBook()
         self._closed_sessions = RecentIds()
         self._routes: dict[tuple[str, str], _Route] = {}
         self._routes_of: dict[str, set[_Route]] = {}
@@ -196,13 +196,11 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
                 self._start_route(request_id, request.session_id, value.cell_id)
                 return  # active until its initial response
             case OpenSession(session_id=session_id):
-                state = self._sessions[session_id]
                 if isinstance(value, SessionReady):
-                    self._sessions[session_id] = SESSION.move(state, SessionTrigger.READY)
+                    self._sessions.move(session_id, SessionTrigger.READY)
                     self._routes_of[session_id] = set()
                 else:
-                    SESSION.move(state, SessionTrigger.REFUSED)
-                    del self._sessions[session_id]
+                    self._sessions.move(session_id, SessionTrigger.REFUSED)
             case ShutdownSession(session_id=session_id) if isinstance(value, SessionClosed):
                 if self._routes_of.get(session_id):
                     self._held_closes[session_id] = request_id
@@ -384,10 +382,9 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
             self._send_response(request_id, problem)
             return
         if isinstance(request, OpenSession):
-            self._sessions[request.session_id] = SessionState.OPENING
+            self._sessions.opening(request.session_id)
         elif isinstance(request, ShutdownSession):
-            state = self._sessions[request.session_id]
-            self._sessions[request.session_id] = SESSION.move(state, SessionTrigger.SHUTDOWN)
+            self._sessions.move(request.session_id, SessionTrigger.SHUTDOWN)
         self._events.append(RequestReceived(request_id=request_id, request=request))
 
     def _refusal(self, request: HostRequest) -> Err | None:
@@ -469,9 +466,8 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
             self._send_response(held, Ok(value=SessionClosed(session_id=route.session_id)))
 
     def _forget_session(self, session_id: str) -> None:
-        state = self._sessions.pop(session_id, None)
-        if state is not None:
-            SESSION.move(state, SessionTrigger.CLOSED)
+        if session_id in self._sessions:
+            self._sessions.move(session_id, SessionTrigger.CLOSED)
         self._routes_of.pop(session_id, None)
         self._closed_sessions.add(session_id)
 
