@@ -57,6 +57,7 @@ class CellRun:
     def error(self) -> str | None:
         return self.finished.error_text
 
+
     @property
     def texts(self) -> list[str]:
         return [e.text for e in self.events if isinstance(e, TextOutput)]
@@ -157,3 +158,15 @@ async def wait_exited(pid: int) -> None:
         await trio.lowlevel.wait_readable(fd)
     finally:
         os.close(fd)
+
+
+def ended(run: CellRun) -> Finished:
+    """How the cell's JavaScript ended, without its heap figure (which varies by build)."""
+    return msgspec.structs.replace(run.finished, heap_bytes=0)
+
+
+def without_heap(event: CellEvent) -> CellEvent:
+    """`event`, with a `Finished`'s heap figure zeroed, for comparing it whole."""
+    if isinstance(event, Finished):
+        return msgspec.structs.replace(event, heap_bytes=0)
+    return event

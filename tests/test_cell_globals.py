@@ -16,7 +16,7 @@ from codemode_host.engine import (
     YieldRequested,
 )
 
-from tests.helpers import ToolRejectedError, run_cell
+from tests.helpers import ToolRejectedError, ended, run_cell, without_heap
 
 GENERIC_IMAGE_ERROR = (
     "image expects a non-empty image URL string, an object with image_url and optional detail,"
@@ -176,7 +176,7 @@ async def test_helper_errors_are_plain_strings(engine: Engine) -> None:
 async def test_uncaught_helper_error_is_the_exact_string(engine: Engine) -> None:
     run = await run_cell(engine, 'text("kept"); notify("")')
     assert run.texts == ["kept"]
-    assert run.finished == Finished(Outcome.ERROR, "notify expects non-empty text")
+    assert ended(run) == Finished(Outcome.ERROR, "notify expects non-empty text")
 
 
 # ---- 3.5 / 3.6 images --------------------------------------------------------------------
@@ -261,7 +261,7 @@ async def test_image_items(engine: Engine, call: str, expected: ImageOutput) -> 
 )
 async def test_image_errors(engine: Engine, call: str, expected: str) -> None:
     run = await run_cell(engine, call)
-    assert run.finished == Finished(Outcome.ERROR, expected)
+    assert ended(run) == Finished(Outcome.ERROR, expected)
     assert run.images == []
 
 
@@ -362,7 +362,7 @@ async def test_load_sees_the_values_stored_before_the_cell_started(engine: Engin
 )
 async def test_store_errors(engine: Engine, call: str, expected: str) -> None:
     run = await run_cell(engine, call)
-    assert run.finished == Finished(Outcome.ERROR, expected)
+    assert ended(run) == Finished(Outcome.ERROR, expected)
     assert run.stores == []
 
 
@@ -386,7 +386,7 @@ async def test_yield_control_publishes_a_request_and_continues(engine: Engine) -
 
 async def test_exit_ends_the_cell_successfully(engine: Engine) -> None:
     run = await run_cell(engine, 'text("before"); exit(); text("after")')
-    assert run.finished == Finished(Outcome.OK, None)
+    assert ended(run) == Finished(Outcome.OK, None)
     assert run.texts == ["before"]
 
 
@@ -394,7 +394,7 @@ async def test_exit_inside_a_function_after_await(engine: Engine) -> None:
     run = await run_cell(
         engine, 'async function f() { await null; exit(); } await f(); text("after")'
     )
-    assert run.finished == Finished(Outcome.OK, None)
+    assert ended(run) == Finished(Outcome.OK, None)
     assert run.texts == []
 
 
@@ -406,12 +406,12 @@ async def test_exit_can_be_caught_like_upstream(engine: Engine) -> None:
 
 async def test_exit_in_a_timer_callback_fails_with_the_sentinel(engine: Engine) -> None:
     run = await run_cell(engine, "setTimeout(() => exit(), 0); await new Promise(() => {})")
-    assert run.finished == Finished(Outcome.ERROR, "__codex_code_mode_exit__")
+    assert ended(run) == Finished(Outcome.ERROR, "__codex_code_mode_exit__")
 
 
 async def test_a_plain_sentinel_throw_is_a_failure(engine: Engine) -> None:
     run = await run_cell(engine, 'throw "__codex_code_mode_exit__"')
-    assert run.finished == Finished(Outcome.ERROR, "__codex_code_mode_exit__")
+    assert ended(run) == Finished(Outcome.ERROR, "__codex_code_mode_exit__")
 
 
 # ---- 3.11 timers -------------------------------------------------------------------------
@@ -439,7 +439,7 @@ async def test_set_timeout_ids_delays_and_callback_form(engine: Engine) -> None:
 
 async def test_set_timeout_requires_a_function(engine: Engine) -> None:
     run = await run_cell(engine, 'setTimeout("code", 1)')
-    assert run.finished == Finished(Outcome.ERROR, "setTimeout expects a function callback")
+    assert ended(run) == Finished(Outcome.ERROR, "setTimeout expects a function callback")
 
 
 async def test_clear_timeout(engine: Engine) -> None:
@@ -461,7 +461,7 @@ async def test_clear_timeout(engine: Engine) -> None:
 
 async def test_clear_timeout_with_a_symbol(engine: Engine) -> None:
     run = await run_cell(engine, "clearTimeout(Symbol())")
-    assert run.finished == Finished(Outcome.ERROR, "clearTimeout expects a numeric timeout id")
+    assert ended(run) == Finished(Outcome.ERROR, "clearTimeout expects a numeric timeout id")
 
 
 async def test_a_throwing_timer_callback_fails_the_cell(engine: Engine) -> None:
@@ -475,7 +475,7 @@ async def test_a_throwing_timer_callback_fails_the_cell(engine: Engine) -> None:
 
 async def test_timers_do_not_keep_the_cell_alive(engine: Engine) -> None:
     run = await run_cell(engine, 'setTimeout(() => text("late"), 0); text("done")')
-    assert run.finished == Finished(Outcome.OK, None)
+    assert ended(run) == Finished(Outcome.OK, None)
     assert run.texts == ["done"]
 
 
@@ -581,4 +581,4 @@ async def test_unknown_tool_call_id_fails_the_cell(engine: Engine) -> None:
         cell.settle_tool_call(99, b"null")
         while not any(isinstance(e, Finished) for e in events):
             events = await cell.next_events()
-    assert events[-1] == Finished(Outcome.ERROR, "unknown tool call `tool-99`")
+    assert without_heap(events[-1]) == Finished(Outcome.ERROR, "unknown tool call `tool-99`")

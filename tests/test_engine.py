@@ -29,7 +29,7 @@ from codemode_host.engine import (
     open_engine,
 )
 
-from tests.helpers import ToolRejectedError, drive, run_cell, wait_for
+from tests.helpers import ToolRejectedError, drive, ended, run_cell, wait_for, without_heap
 
 MAX_SAFE_INTEGER = 9007199254740991
 
@@ -39,8 +39,9 @@ def is_finished(event: object) -> bool:
 
 
 def without_idle(events: list[CellEvent]) -> list[CellEvent]:
-    """The events but the end-of-turn reports, whose batching varies from run to run."""
-    return [event for event in events if not isinstance(event, Idle)]
+    """The events but the end-of-turn reports, whose batching varies from run to run (and a
+    `Finished` without its heap figure)."""
+    return [without_heap(event) for event in events if not isinstance(event, Idle)]
 
 
 # ---- evaluation ----------------------------------------------------------------------------
@@ -51,7 +52,7 @@ async def test_cell_evaluates_as_a_module_with_top_level_await(engine: Engine) -
         engine,
         "const v = await Promise.resolve(41); text(v + 1); text(typeof this); text((function () { return typeof this; })())",
     )
-    assert run.finished == Finished(Outcome.OK, None)
+    assert ended(run) == Finished(Outcome.OK, None)
     assert run.texts == ["42", "undefined", "undefined"]
     assert isinstance(run.events[0], Started)
 
@@ -86,7 +87,7 @@ async def test_top_level_return_is_a_syntax_error(engine: Engine) -> None:
 )
 async def test_imports_are_refused(engine: Engine, source: str, expected: str) -> None:
     run = await run_cell(engine, source)
-    assert run.finished == Finished(Outcome.ERROR, expected)
+    assert ended(run) == Finished(Outcome.ERROR, expected)
 
 
 async def test_refused_dynamic_import_can_be_caught(engine: Engine) -> None:
@@ -224,7 +225,7 @@ async def test_interrupt_stops_running_javascript(engine: Engine, source: str) -
         await wait_for(cell, lambda e: e == TextOutput("spinning"))
         cell.interrupt()
         rest = await wait_for(cell, is_finished)
-        assert rest[-1] == Finished(Outcome.INTERRUPTED, None)
+        assert without_heap(rest[-1]) == Finished(Outcome.INTERRUPTED, None)
         assert TextOutput("caught") not in rest
         assert TextOutput("matched") not in rest
 
@@ -234,7 +235,7 @@ async def test_interrupt_from_another_thread(engine: Engine) -> None:
         await wait_for(cell, lambda e: isinstance(e, TextOutput))
         await trio.to_thread.run_sync(cell.interrupt)
         rest = await wait_for(cell, is_finished)
-        assert rest[-1] == Finished(Outcome.INTERRUPTED, None)
+        assert without_heap(rest[-1]) == Finished(Outcome.INTERRUPTED, None)
 
 
 TEXT_RESULTS = [
@@ -269,7 +270,7 @@ async def test_a_text_result_reaches_the_cell_as_that_string(engine: Engine) -> 
     assert json.loads(output) == [
         ["string", result, len(result.encode("utf-16-le")) // 2] for result in TEXT_RESULTS
     ]
-    assert events[-1] == Finished(Outcome.OK, None)
+    assert without_heap(events[-1]) == Finished(Outcome.OK, None)
 
 
 async def test_an_unknown_way_to_settle_is_refused(engine: Engine) -> None:
@@ -279,7 +280,7 @@ async def test_an_unknown_way_to_settle_is_refused(engine: Engine) -> None:
             cell._native.settle_tool(1, 3, b"x")
         cell.settle_tool_call_with_text(1, b"ok")
         events = await wait_for(cell, is_finished)
-    assert events[-1] == Finished(Outcome.OK, None)
+    assert without_heap(events[-1]) == Finished(Outcome.OK, None)
 
 
 async def test_interrupt_of_an_idle_cell_reports_it_interrupted(engine: Engine) -> None:
@@ -422,7 +423,7 @@ async def test_limits_are_validated(engine: Engine) -> None:
 )
 async def test_error_text_of_thrown_values(engine: Engine, source: str, expected: str) -> None:
     run = await run_cell(engine, source)
-    assert run.finished == Finished(Outcome.ERROR, expected)
+    assert ended(run) == Finished(Outcome.ERROR, expected)
 
 
 async def test_error_text_has_a_header_and_frames(engine: Engine) -> None:
@@ -448,7 +449,7 @@ async def test_unhandled_rejections_of_other_promises_are_ignored(engine: Engine
         tools=[CellTool("fails")],
         on_tool=reject_all,
     )
-    assert run.finished == Finished(Outcome.OK, None)
+    assert ended(run) == Finished(Outcome.OK, None)
     assert run.texts == ["done"]
 
 
@@ -510,7 +511,7 @@ async def test_the_pool_grows_again_for_a_later_stall() -> None:
                     with cell:
                         events = await wait_for(cell, is_finished)
                     assert TextOutput(str(i)) in events
-                    assert events[-1] == Finished(Outcome.OK, None), events
+                    assert without_heap(events[-1]) == Finished(Outcome.OK, None), events
                 # One worker more than the spinners hold (more when a loaded machine kept a
                 # worker off its CPU past the starvation delay).
                 assert engine.worker_threads >= expected_workers

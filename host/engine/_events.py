@@ -114,10 +114,11 @@ class Idle(msgspec.Struct, frozen=True):
 
 class Finished(msgspec.Struct, frozen=True):
     """The cell's JavaScript is over; `error_text` is set exactly when the outcome is ERROR or
-    CPU_LIMIT."""
+    CPU_LIMIT; `heap_bytes`: the JavaScript heap the cell held then (telemetry)."""
 
     outcome: Outcome
     error_text: str | None
+    heap_bytes: int = 0
 
 
 CellEvent = (
@@ -181,5 +182,5 @@ def decode_event(
             outcome = _OUTCOMES[n1]
             if outcome is Outcome.ERROR and a is None:
                 a = "InternalError: out of memory"  # the error text itself could not be made
-            return Finished(outcome, a)
+            return Finished(outcome, a, n2)
     raise ValueError(f"unknown engine event kind {kind}")

@@ -883,7 +883,8 @@ static void finish(cell_t *c, int outcome, char *text, size_t len)
         return;
     }
     node->next = NULL;
-    node->ev = (event_t){c->key, EV_FINISHED, outcome, 0, text, len, NULL, 0};
+    /* n2: the heap the cell holds as it ends (telemetry: the cell span's heap attribute). */
+    node->ev = (event_t){c->key, EV_FINISHED, outcome, (int64_t)c->heap_used, text, len, NULL, 0};
     pthread_mutex_lock(&e->ev_lock);
     if (e->finished_tail)
         e->finished_tail->next = node;
