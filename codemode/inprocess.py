@@ -57,6 +57,7 @@ from ._trio import (
     open_service_nursery,
 )
 from .errors import ProviderClosedError, SessionShuttingDownError, check_platform
+from .observability import SessionTraces
 
 SHUTDOWN_TIMEOUT = 5.0
 """Seconds the provider's exit waits for its sessions to shut down before cancelling them."""
@@ -73,10 +74,14 @@ class InProcessSession:
     Made by `InProcessProvider.create_session`.
     """
 
-    def __init__(self, provider: InProcessProvider, runtime: RuntimeSession) -> None:
+    def __init__(
+        self, provider: InProcessProvider, runtime: RuntimeSession, session_id: str
+    ) -> None:
         self._provider = provider
         self._runtime = runtime
+        self._session_id = session_id
         self._shutdown = RunOnce()
+        self._traces = SessionTraces("in_process", local_runtime=True)
 
     @property
     def is_alive(self) -> bool:
@@ -101,17 +106,35 @@ class InProcessSession:
         """
         self._check()
         check_execute(request)
-        started = await self._runtime.execute(request, delegate, observe_initial=observe_initial)
+        traced = self._traces.begin(request, delegate, self._session_id)
+        if traced is None:
+            started = await self._runtime.execute(
+                request, delegate, observe_initial=observe_initial
+            )
+        else:
+            try:
+                started = await self._runtime.execute(
+                    request, traced, observe_initial=observe_initial, report_to=traced.cell_report
+                )
+            except BaseException as error:
+                traced.refused(error)
+                raise
+            self._traces.started(traced, started.cell_id)
         # Rule 3 holds for its initial response too.
-        started._initial_response = partial(self._initial_response, started._initial_response)
+        started._initial_response = partial(
+            self._initial_response, started._initial_response, started.cell_id
+        )
         return started
 
     async def _initial_response(
-        self, initial_response: Callable[[], Awaitable[RuntimeResponse]]
+        self, initial_response: Callable[[], Awaitable[RuntimeResponse]], cell_id: str
     ) -> RuntimeResponse:
         if self._provider.closed:
             raise ProviderClosedError()
-        return await initial_response()
+        traced = self._traces.get(cell_id)
+        if traced is None:
+            return await initial_response()
+        return await traced.observe("initial_response", lambda _: initial_response())
 
     async def wait(self, request: WaitRequest) -> WaitOutcome:
         """Observe a cell: new output, its completion, or its termination.
@@ -123,7 +146,10 @@ class InProcessSession:
         """
         self._check()
         check_wait(request)
-        return await self._runtime.wait(request)
+        traced = self._traces.get(request.cell_id)
+        if traced is None:
+            return await self._runtime.wait(request)
+        return await traced.observe("wait", lambda _: self._runtime.wait(request))
 
     async def terminate(self, cell_id: str) -> WaitOutcome:
         """Stop a cell and return its undelivered output (or its buffered completion).
@@ -135,7 +161,10 @@ class InProcessSession:
         """
         self._check()
         check_cell_id(cell_id)
-        return await self._runtime.terminate(cell_id)
+        traced = self._traces.get(cell_id)
+        if traced is None:
+            return await self._runtime.terminate(cell_id)
+        return await traced.observe("terminate", lambda _: self._runtime.terminate(cell_id))
 
     async def execute_to_pending(
         self, request: ExecuteRequest, delegate: SessionDelegate
@@ -150,7 +179,22 @@ class InProcessSession:
         """
         self._check()
         check_execute(request)
-        return await self._runtime.execute_to_pending(request, delegate)
+        traced = self._traces.begin(request, delegate, self._session_id)
+        if traced is None:
+            return await self._runtime.execute_to_pending(request, delegate)
+        try:
+            response = await traced.observe(
+                "execute_to_pending",
+                lambda _: self._runtime.execute_to_pending(
+                    request, traced, report_to=traced.cell_report
+                ),
+            )
+        except BaseException as error:
+            if not traced.cell_id:
+                traced.refused(error)
+            raise
+        self._traces.started(traced, response.cell_id)
+        return response
 
     async def wait_to_pending(self, cell_id: str) -> WaitOutcome:
         """Resume a cell and observe it to its next pending frontier, or its end.
@@ -162,7 +206,12 @@ class InProcessSession:
         """
         self._check()
         check_cell_id(cell_id)
-        return await self._runtime.wait_to_pending(cell_id)
+        traced = self._traces.get(cell_id)
+        if traced is None:
+            return await self._runtime.wait_to_pending(cell_id)
+        return await traced.observe(
+            "wait_to_pending", lambda _: self._runtime.wait_to_pending(cell_id)
+        )
 
     async def preempt(self, cell_id: str) -> None:
         """Make the cell's active observation return `Yielded` now.
@@ -236,6 +285,7 @@ class InProcessProvider:
         if self.closed:
             raise ProviderClosedError()
         limits = (limits or CellLimits()).checked()
+        session_id = f"session-{next(self._session_ids)}"  # as the process provider's
         runtime = RuntimeSession(
             self._engine,
             self._nursery,
@@ -244,9 +294,9 @@ class InProcessProvider:
             admission=self._admission,
             workers=self._workers,
             watch=self._watch,
-            session_id=f"session-{next(self._session_ids)}",  # as the process provider's
+            session_id=session_id,
         )
-        session = InProcessSession(self, runtime)
+        session = InProcessSession(self, runtime, session_id)
         self._sessions.add(session)
         return session
 

@@ -22,10 +22,13 @@ import gc
 import logging
 import os
 import sys
+from collections.abc import Callable
 
 import trio
 from codemode_host._options import HostOptions, parse_options
 from codemode_host.server import serve_connection
+
+from codemode.errors import CodeModeError
 
 _PIPE_SIZE = 1 << 20
 GC_YOUNG_THRESHOLD = 50_000
@@ -85,6 +88,25 @@ def _tune_garbage_collection() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)
 
 
+def _nothing() -> None:
+    pass
+
+
+def _report_to_opentelemetry() -> Callable[[], None]:
+    """`--otel`: the SDK set up from the `OTEL_*` variables; exits with status 2 and one line
+    when it is not installed. Returns the flush to run before exiting (spans are batched)."""
+    from codemode.observability import install_from_environment, install_log_filter
+
+    try:
+        flush = install_from_environment("codemode-host")
+    except CodeModeError as error:
+        sys.stderr.write(f"codemode-host: error: {error}\n")
+        sys.stderr.flush()
+        os._exit(2)
+    install_log_filter()
+    return flush
+
+
 def main() -> None:
     options = parse_options()
     logging.basicConfig(
@@ -92,10 +114,12 @@ def main() -> None:
         level=options.log_level,
         format="codemode-host %(levelname)s %(name)s: %(message)s",
     )
+    flush_telemetry = _report_to_opentelemetry() if options.otel else _nothing
     if options.listen is not None:
         from codemode_host._listen import run_listening
 
         status = run_listening(options)
+        flush_telemetry()
         sys.stderr.flush()
         os._exit(status)
     parent_pidfd = _watch_parent()
@@ -108,6 +132,7 @@ def main() -> None:
         _grow_pipe(fd)
     _tune_garbage_collection()
     status = trio.run(_serve, protocol_in, protocol_out, parent_pidfd, options)
+    flush_telemetry()
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown: the engine's threads are joined and the frames flushed.

@@ -46,6 +46,8 @@ environment:
   {LOG_VARIABLE}      default log level (one of {", ".join(LOG_LEVELS)}; default WARNING)
   CODEMODE_HOST_PARENT   pid of the client process to watch (set by the process provider)
   CODEMODE_HOST_TOKEN    the token clients must send, with --listen (--token-file wins)
+  OTEL_*                 with --otel: OpenTelemetry's standard variables (OTEL_SERVICE_NAME,
+                         OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER, ...)
 
 See docs/protocol.md for the wire protocol and docs/security.md for what the host isolates.
 """
@@ -62,6 +64,7 @@ class HostOptions(msgspec.Struct, frozen=True, kw_only=True):
         default, or `admission.max_active_cells` if higher).
     admission: the admission limits of each connection.
     listen: where to listen (`--listen`, `_listen_options.py`); None: serve stdin/stdout.
+    otel: report traces and metrics to OpenTelemetry (`--otel`, `_otel.py`).
     """
 
     log_level: str
@@ -69,6 +72,7 @@ class HostOptions(msgspec.Struct, frozen=True, kw_only=True):
     max_workers: int | None
     admission: AdmissionLimits = AdmissionLimits()
     listen: ListenSettings | None = None
+    otel: bool = False
 
 
 _DEFAULTS = AdmissionLimits()
@@ -186,6 +190,13 @@ def _parser() -> argparse.ArgumentParser:
         help="the most engine worker threads the pool grows to while long-running cells "
         f"hold the others (default: {DEFAULT_MAX_WORKERS})",
     )
+    parser.add_argument(
+        "--otel",
+        action="store_true",
+        help="report each cell's spans (under the client's trace) and the host's metrics to "
+        "OpenTelemetry, configured by the OTEL_* variables (OTLP over HTTP by default); needs "
+        "codemode[otel-sdk] (docs/observability.md)",
+    )
     add_admission_options(parser)
     add_listen_options(parser)
     return parser
@@ -235,6 +246,7 @@ def parse_options(argv: Sequence[str] | None = None) -> HostOptions:
         max_workers=arguments.max_workers,
         admission=admission_from(arguments),
         listen=listen_settings(parser, arguments),
+        otel=arguments.otel,
     )
 
 

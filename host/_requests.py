@@ -58,6 +58,16 @@ from codemode import (
 )
 from codemode._trio import CallWorkers, OneShot
 from codemode.errors import ErrorKind, error_kind
+from codemode.observability import (
+    CellReport,
+    TraceContext,
+    emit_host_spans,
+    extract,
+    host_observation,
+    lookup,
+    record_host_metrics,
+    reporting_here,
+)
 from codemode.protocol import (
     MAX_FRAME_BYTES,
     CellList,
@@ -209,16 +219,16 @@ class Requests:
         started = time.perf_counter()
         try:
             match request:
-                case Wait(session_id=session_id, request=wait):
+                case Wait(session_id=session_id, request=wait, trace=trace):
                     result: Ok[HostResponse] | Err = CANCELLED
-                    with operation.scope():
+                    with operation.scope(), host_observation(trace, "wait"):
                         outcome = await self._sessions[session_id].wait(
                             wait, preemption=operation.preemption
                         )
                         result = Ok(value=WaitCompleted(outcome=_timed_outcome(outcome, started)))
-                case WaitToPending(session_id=session_id, cell_id=cell_id):
+                case WaitToPending(session_id=session_id, cell_id=cell_id, trace=trace):
                     result = CANCELLED
-                    with operation.scope():
+                    with operation.scope(), host_observation(trace, "wait_to_pending"):
                         outcome = await self._sessions[session_id].wait_to_pending(cell_id)
                         result = Ok(value=WaitCompleted(outcome=_timed_outcome(outcome, started)))
                 case OpenSession():
@@ -267,11 +277,12 @@ class Requests:
         session_id = request.session_id
         try:
             session = self._sessions[session_id]
-            delegate = _RemoteDelegate(self, session_id)
+            delegate = _RemoteDelegate(self, session_id, request.trace)
+            report_to = delegate.keep_report if delegate.wants_report else None
             if isinstance(request, ExecuteToPending):
-                cell = session.start_to_pending(request.request, delegate)
+                cell = session.start_to_pending(request.request, delegate, report_to=report_to)
             else:
-                cell = session.start(request.request, delegate)
+                cell = session.start(request.request, delegate, report_to=report_to)
                 operation.observed = (session_id, cell.cell_id)
         except Exception as error:
             self._active.pop(request_id, None)
@@ -401,10 +412,10 @@ class Requests:
 
         return cancel
 
-    def cell_closed(self, session_id: str, cell_id: str) -> None:
+    def cell_closed(self, session_id: str, cell_id: str, report: CellReport | None = None) -> None:
         if self._disconnected:
             return
-        self._connection.cell_closed(session_id, cell_id)
+        self._connection.cell_closed(session_id, cell_id, report)
         self._flush()
 
     def inventory(self) -> dict[str, list[CellInfo]]:
@@ -447,11 +458,30 @@ def _tool_outcome(result: DelegateResult) -> tuple[JsonValue, str | None]:
 
 
 class _RemoteDelegate:
-    """The delegate of one execute: forwards tool calls and notifications to the client."""
+    """The delegate of one execute: forwards tool calls and notifications to the client.
 
-    def __init__(self, requests: Requests, session_id: str) -> None:
+    A traced execute (its frame carried the client's trace context) gets its cell's report
+    sent back with `cell/closed`; a host that reports to OpenTelemetry itself (`--otel`)
+    also makes the cell's `code_mode.host.*` spans under that context, and its metrics."""
+
+    def __init__(
+        self, requests: Requests, session_id: str, trace: TraceContext | None = None
+    ) -> None:
         self._requests = requests
         self._session_id = session_id
+        self._trace = trace
+        self._telemetry = lookup() if reporting_here() else None
+        self.wants_report = trace is not None or self._telemetry is not None
+        self._report: CellReport | None = None
+
+    def keep_report(self, report: CellReport) -> None:
+        """The runtime's report of the cell, just before its `cell_closed`."""
+        if self._trace is not None:
+            self._report = report
+        if self._telemetry is not None:
+            parent = extract(self._trace) if self._trace is not None else None
+            emit_host_spans(self._telemetry, report, parent)
+            record_host_metrics(self._telemetry, report)
 
     def forward_tool(
         self, call: NestedToolCall, answer: Callable[[JsonValue, str | None], None]
@@ -484,4 +514,4 @@ class _RemoteDelegate:
             raise CodeModeError("code-mode client returned an invalid notification result")
 
     def cell_closed(self, cell_id: str) -> None:
-        self._requests.cell_closed(self._session_id, cell_id)
+        self._requests.cell_closed(self._session_id, cell_id, self._report)

@@ -57,7 +57,6 @@ class CellRun:
     def error(self) -> str | None:
         return self.finished.error_text
 
-
     @property
     def texts(self) -> list[str]:
         return [e.text for e in self.events if isinstance(e, TextOutput)]

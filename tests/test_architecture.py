@@ -58,7 +58,8 @@ def _ours(names: set[str], prefix: str) -> set[str]:
 def test_the_protocol_imports_no_trio_no_host() -> None:
     for path, _, names in _modules("codemode/protocol", "codemode.protocol"):
         codemode = {n for n in _ours(names, "codemode") if not n.startswith("codemode.protocol")}
-        allowed = ("codemode._api", "codemode.errors")
+        # The report and the trace context are plain msgspec schemas the frames carry.
+        allowed = ("codemode._api", "codemode.errors", "codemode.observability._report")
         assert all(n.startswith(allowed) for n in codemode), (path, codemode)
         assert not _ours(names, "trio"), path
         assert not _ours(names, "codemode_host"), path
@@ -112,7 +113,8 @@ def test_only_the_cli_imports_the_optional_mcp_package() -> None:
 
 
 def test_the_host_imports_only_the_front_door_the_protocol_and_the_trio_helpers() -> None:
-    allowed = ("codemode.errors", "codemode.protocol", "codemode._trio")
+    # `codemode.observability` is a front door of its own: the cells' reports and spans.
+    allowed = ("codemode.errors", "codemode.protocol", "codemode._trio", "codemode.observability")
     for path, owner, names in _modules("host", "codemode_host"):
         for name in _ours(names, "codemode"):
             front_door = name.count(".") == 1 and not name.split(".")[1].startswith("_")
@@ -146,6 +148,7 @@ WIRE_MAY_IMPORT = (
     "codemode._tool_threads",
     "codemode._providers",
     "codemode._closing",
+    "codemode.observability",
 )
 PROVIDER_PACKAGES = ("codemode.process", "codemode.remote", "codemode.ray")
 

@@ -28,6 +28,7 @@ def test_all_is_complete() -> None:
         "remote",
         "aio",
         "integrations",
+        "observability",
     }
     assert public - modules - {"TYPE_CHECKING"} <= set(codemode.__all__)
 

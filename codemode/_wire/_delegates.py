@@ -30,6 +30,7 @@ from .._api import SessionDelegate
 from .._text import well_formed
 from .._trio import CLEANUP_GRACE, CallbackGroup, CallWorkers, DelegateCall, contained
 from ..errors import ErrorKind, ToolError, tool_failure_message
+from ..observability import CellReport, CellTrace
 from ..protocol import (
     ClientConnection,
     DelegateRequested,
@@ -98,11 +99,14 @@ class ClientCells:
         assert self._workers is not None
         self._live[key] = ClientCell(key[0], public_id, delegate, self._workers)
 
-    def close(self, key: Key) -> None:
-        """Cancel the cell's calls; `cell_closed` once they returned or after the grace."""
+    def close(self, key: Key, report: CellReport | None = None) -> None:
+        """Cancel the cell's calls; `cell_closed` once they returned or after the grace (a
+        traced cell's delegate gets the host's `report` first)."""
         cell = self._live.pop(key, None)
         if cell is None:
             return
+        if report is not None and isinstance(cell.delegate, CellTrace):
+            cell.delegate.cell_report(report)
         if cell.calls.idle:
             self._closed(cell)  # nothing to wait for: no task (the common case)
             return

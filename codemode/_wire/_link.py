@@ -42,6 +42,7 @@ from .._trio import (
     open_service_nursery,
 )
 from ..errors import HostLostError
+from ..observability import TraceContext
 from ..protocol import (
     CAPABILITIES,
     HEARTBEAT_CAPABILITY,
@@ -322,8 +323,8 @@ class HostLink:
                     self._lost(f"code-mode client has no delegate for cell {event.cell_id}")
             case DelegateCancelled(call_id=call_id):
                 self._cells.cancel_call(call_id)
-            case CellEnded(session_id=session_id, cell_id=cell_id):
-                self._cells.close((session_id, cell_id))
+            case CellEnded(session_id=session_id, cell_id=cell_id, report=report):
+                self._cells.close((session_id, cell_id), report)
             case HandshakeCompleted() | HandshakeRejected():
                 self._handshake.set(event)
             case ConnectionEnded():
@@ -397,16 +398,20 @@ class HostLink:
         public_id: Callable[[str], str],
         *,
         to_pending: bool = False,
+        trace: TraceContext | None = None,
     ) -> tuple[HostResult, int]:
-        """Start a cell (`to_pending`: its initial observation runs to its pending frontier);
-        returns the answer and the execute's request id (the key of its initial response).
-        Cancelled before the answer: the cell is terminated once admitted.
+        """Start a cell (`to_pending`: its initial observation runs to its pending frontier;
+        `trace`: the cell's span, for the host); returns the answer and the execute's request
+        id (the key of its initial response). Cancelled before the answer: the cell is
+        terminated once admitted.
 
         Raises:
             FrameTooLargeError: the request does not fit in a frame (nothing was sent).
         """
         await self._checked()
-        request_id = self._connection.execute(session_id, request, to_pending=to_pending)
+        request_id = self._connection.execute(
+            session_id, request, to_pending=to_pending, trace=trace
+        )
         self._executes[request_id] = _Execute(session_id, delegate, public_id)
         return await self._await(request_id, session_id), request_id
 
@@ -440,11 +445,18 @@ class HostLink:
             self._connection.abandon(request_id, session_id, cell_id)
             self._pump()
 
-    async def wait(self, session_id: str, cell_id: str, yield_time_ms: int | None) -> HostResult:
-        """Observe a cell (`yield_time_ms` None: to its pending frontier)."""
+    async def wait(
+        self,
+        session_id: str,
+        cell_id: str,
+        yield_time_ms: int | None,
+        trace: TraceContext | None = None,
+    ) -> HostResult:
+        """Observe a cell (`yield_time_ms` None: to its pending frontier; `trace`: the
+        observation's span, for the host)."""
         await self._checked()
         return await self._await(
-            self._connection.wait(session_id, cell_id, yield_time_ms), session_id
+            self._connection.wait(session_id, cell_id, yield_time_ms, trace=trace), session_id
         )
 
     def preempt(self, session_id: str, cell_id: str) -> None:

@@ -70,6 +70,7 @@ from ..errors import (
     StaleGenerationError,
     error_from_kind,
 )
+from ..observability import CellTrace, SessionTraces, TraceContext
 from ..protocol import (
     INVENTORY_CAPABILITY,
     LIMITS_CAPABILITY,
@@ -177,9 +178,15 @@ class WireSession:
     """A code-mode session whose cells run in a host its provider placed it on."""
 
     def __init__(
-        self, provider: SessionOwner, limits: CellLimits, *, store_load: bool = True
+        self,
+        provider: SessionOwner,
+        limits: CellLimits,
+        *,
+        store_load: bool = True,
+        kind: str = "process",
     ) -> None:
         self._provider = provider
+        self._traces = SessionTraces(kind)
         self._limits = limits
         self._store_load = store_load
         self._binding: _Binding | None = None
@@ -250,6 +257,8 @@ class WireSession:
             raise HostLostError("code-mode host returned an invalid open-session response")
         self._generation += 1
         self._binding = _Binding(link, session_id, self._generation)
+        if self._generation > 1:
+            self._traces.host_replaced()
         return self._binding
 
     async def execute(
@@ -264,7 +273,18 @@ class WireSession:
         check_execute(request)
         StartedCell._release_dropped(self._dropped)  # keeps the deque short between waits
         binding = await self._bind()
-        request_id, wire_id = await self._start(binding, request, delegate, to_pending=False)
+        traced = self._traces.begin(request, delegate, binding.session_id)
+        if traced is None:
+            request_id, wire_id = await self._start(binding, request, delegate, to_pending=False)
+        else:
+            try:
+                request_id, wire_id = await self._start(
+                    binding, request, traced, to_pending=False, trace=traced.trace_context()
+                )
+            except BaseException as error:
+                traced.refused(error)
+                raise
+            self._traces.started(traced, binding.public_id(wire_id), binding.generation)
         cell_id = binding.public_id(wire_id)
         return StartedCell._create(
             cell_id,
@@ -282,11 +302,17 @@ class WireSession:
         delegate: SessionDelegate,
         *,
         to_pending: bool,
+        trace: TraceContext | None = None,
     ) -> tuple[int, str]:
         """Have the host admit a cell: the execute's request id and the cell's wire id."""
         try:
             result, request_id = await binding.link.execute(
-                binding.session_id, request, delegate, binding.public_id, to_pending=to_pending
+                binding.session_id,
+                request,
+                delegate,
+                binding.public_id,
+                to_pending=to_pending,
+                trace=trace,
             )
         except FrameTooLargeError as error:
             raise FrameLimitError(
@@ -302,6 +328,17 @@ class WireSession:
     ) -> RuntimeResponse:
         if self._provider.closed:
             raise ProviderClosedError()  # rule 3, as in-process
+        traced = self._traces.get(cell_id)
+        if traced is not None:
+            return await traced.observe(
+                "initial_response",
+                lambda _: self._take_initial_response(binding, request_id, cell_id),
+            )
+        return await self._take_initial_response(binding, request_id, cell_id)
+
+    async def _take_initial_response(
+        self, binding: _Binding, request_id: int, cell_id: str
+    ) -> RuntimeResponse:
         try:
             result = await binding.link.initial_response(request_id, binding.session_id)
         except LocalProtocolError:
@@ -324,16 +361,27 @@ class WireSession:
     async def wait(self, request: WaitRequest) -> WaitOutcome:
         """Observe a cell. Output a cancelled observation took is kept for the next one."""
         check_wait(request)
-        return await self._observe(request.cell_id, request.yield_time_ms)
+        return await self._traced_observe(request.cell_id, request.yield_time_ms)
 
-    async def _observe(self, cell_id: str, yield_time_ms: int | None) -> WaitOutcome:
+    async def _traced_observe(self, cell_id: str, yield_time_ms: int | None) -> WaitOutcome:
+        traced = self._traces.get(cell_id)
+        if traced is None:
+            return await self._observe(cell_id, yield_time_ms)
+        kind = "wait" if yield_time_ms is not None else "wait_to_pending"
+        return await traced.observe(
+            kind, lambda trace: self._observe(cell_id, yield_time_ms, trace)
+        )
+
+    async def _observe(
+        self, cell_id: str, yield_time_ms: int | None, trace: TraceContext | None = None
+    ) -> WaitOutcome:
         """A wait (`yield_time_ms` None: to the pending frontier), settled as its answer says."""
         StartedCell._release_dropped(self._dropped)
         binding = await self._bind()
         if yield_time_ms is None:
             binding.need(PENDING_FRONTIER_CAPABILITY, "the pending frontier")
         wire_id = binding.wire_id(cell_id)
-        result = await binding.link.wait(binding.session_id, wire_id, yield_time_ms)
+        result = await binding.link.wait(binding.session_id, wire_id, yield_time_ms, trace)
         outcome = binding.outcome(result, cell_id)
         if isinstance(outcome, LiveCell):
             await self._settle(binding, msgspec.structs.replace(outcome.response, cell_id=wire_id))
@@ -350,8 +398,33 @@ class WireSession:
         StartedCell._release_dropped(self._dropped)
         binding = await self._bind()
         binding.need(PENDING_FRONTIER_CAPABILITY, "the pending frontier")
+        traced = self._traces.begin(request, delegate, binding.session_id)
+        if traced is None:
+            return await self._execute_to_pending(binding, request, delegate, None)
+        try:
+            response = await traced.observe(
+                "execute_to_pending",
+                lambda _: self._execute_to_pending(binding, request, traced, traced),
+            )
+        except BaseException as error:
+            if not traced.cell_id:
+                traced.refused(error)
+            raise
+        self._traces.started(traced, response.cell_id, binding.generation)
+        return response
+
+    async def _execute_to_pending(
+        self,
+        binding: _Binding,
+        request: ExecuteRequest,
+        delegate: SessionDelegate,
+        traced: CellTrace | None,
+    ) -> Pending | Completed | Terminated:
         link = binding.link
-        request_id, wire_id = await self._start(binding, request, delegate, to_pending=True)
+        trace = None if traced is None else traced.trace_context()
+        request_id, wire_id = await self._start(
+            binding, request, delegate, to_pending=True, trace=trace
+        )
         cell_id = binding.public_id(wire_id)
         try:
             response = _unwrap(await link.initial_response(request_id, binding.session_id), cell_id)
@@ -365,7 +438,7 @@ class WireSession:
     async def wait_to_pending(self, cell_id: str) -> WaitOutcome:
         """Resume a cell and observe it to its next pending frontier, or its end."""
         check_cell_id(cell_id)
-        return await self._observe(cell_id, None)
+        return await self._traced_observe(cell_id, None)
 
     async def preempt(self, cell_id: str) -> None:
         """Make the cell's active observation return `Yielded` now (no effect on frontier
@@ -396,6 +469,12 @@ class WireSession:
         `AlreadyTerminatingError`.
         """
         check_cell_id(cell_id)
+        traced = self._traces.get(cell_id)
+        if traced is not None:
+            return await traced.observe("terminate", lambda _: self._terminate(cell_id))
+        return await self._terminate(cell_id)
+
+    async def _terminate(self, cell_id: str) -> WaitOutcome:
         binding = await self._bind()
         wire_id = binding.wire_id(cell_id)
         if cell_id in self._terminating:

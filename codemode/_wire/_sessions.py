@@ -52,10 +52,18 @@ class WireSessions(Generic[_P]):
         placement: where the sessions run (the provider reads its own figures there).
         nursery: the provider's nursery (sessions' shutdowns run there).
         tool_threads: the provider's sync tools' threads (reported by `statistics`).
+        kind: the provider's kind, as its cells' spans name it (`process`, `remote`).
     """
 
-    def __init__(self, placement: _P, nursery: trio.Nursery, tool_threads: ToolThreads) -> None:
+    def __init__(
+        self,
+        placement: _P,
+        nursery: trio.Nursery,
+        tool_threads: ToolThreads,
+        kind: str = "process",
+    ) -> None:
         self.placement = placement
+        self._kind = kind
         self._nursery = nursery
         self._tool_threads = tool_threads
         self._session_ids = itertools.count(1)
@@ -102,7 +110,9 @@ class WireSessions(Generic[_P]):
         """
         if self._closed:
             raise ProviderClosedError()
-        session = WireSession(self, (limits or CellLimits()).checked(), store_load=store_load)
+        session = WireSession(
+            self, (limits or CellLimits()).checked(), store_load=store_load, kind=self._kind
+        )
         self._sessions.add(session)
         try:
             await session._bind()
@@ -149,6 +159,7 @@ async def open_wire_sessions(
     shutdown_timeout: float,
     close_bound: float,
     logger: logging.Logger,
+    kind: str,
 ) -> AsyncIterator[WireSessions[_P]]:
     """A wire provider's sessions for the block, placed by the strategy that
     `placement(nursery, workers)` makes.
@@ -161,6 +172,7 @@ async def open_wire_sessions(
         shutdown_timeout: rule 4.
         close_bound: seconds the whole exit may take (rule 4: shielded).
         logger: where a session's failed shutdown is logged.
+        kind: the provider's kind, as its cells' spans name it (`process`, `remote`).
 
     Resource handling: the delegate calls run in a detached nursery (leaving the block waits at
     most `CLEANUP_GRACE` for calls that ignore cancellation, then abandons them, logged), with
@@ -177,7 +189,7 @@ async def open_wire_sessions(
     ):
         workers = CallWorkers(calls, keep=LINK_WORKERS)
         use_tool_threads(workers.context, threads)
-        sessions = WireSessions(placement(nursery, workers), nursery, threads)
+        sessions = WireSessions(placement(nursery, workers), nursery, threads, kind)
         try:
             yield sessions
         finally:

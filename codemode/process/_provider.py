@@ -156,5 +156,6 @@ async def open_process_provider(
         # A spawn in progress finishes before its host is closed: its handshake counts.
         close_bound=shutdown_timeout + handshake_timeout + 2 * (CLOSE_TIMEOUT + CLEANUP_GRACE),
         logger=logger,
+        kind="process",
     ) as sessions:
         yield ProcessProvider(sessions)

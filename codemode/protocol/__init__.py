@@ -42,6 +42,7 @@ from ._messages import INVENTORY_CAPABILITY as INVENTORY_CAPABILITY
 from ._messages import LIMITS_CAPABILITY as LIMITS_CAPABILITY
 from ._messages import PENDING_FRONTIER_CAPABILITY as PENDING_FRONTIER_CAPABILITY
 from ._messages import PROTOCOL_VERSION as PROTOCOL_VERSION
+from ._messages import TRACE_CAPABILITY as TRACE_CAPABILITY
 from ._messages import YIELD_CAPABILITY as YIELD_CAPABILITY
 from ._messages import CellClosed as CellClosed
 from ._messages import CellList as CellList

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from .._api import LiveCell, Pending, RuntimeResponse, WaitOutcome, WaitRequest, Yielded
 from ..errors import ErrorKind
+from ..observability._report import TraceContext
 from ._cellview import CellView, Observation, ObservationResult, Phase, Trigger
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._events import Answered, InitialAnswered
@@ -95,9 +96,10 @@ class CellBook:
         window_ms: int,
         *,
         frontier: bool = False,
+        trace: TraceContext | None = None,
     ) -> None:
         """A wait (`frontier`: a wait to the pending frontier): answered at once (busy, or from
-        parked output), deferred, or sent."""
+        parked output), deferred, or sent (with `trace`, when given)."""
         view = self.cells.get((session_id, cell_id))
         if view is not None and view.busy:
             busy = f"exec cell {cell_id} already has an active observer"
@@ -105,7 +107,13 @@ class CellBook:
             self._events.append(Answered(request_id=request_id, result=err))
             return
         observation = Observation(
-            session_id, cell_id, request_id, view=view, window_ms=window_ms, frontier=frontier
+            session_id,
+            cell_id,
+            request_id,
+            view=view,
+            window_ms=window_ms,
+            frontier=frontier,
+            trace=trace,
         )
         self.observations[request_id] = observation
         if view is None:
@@ -315,10 +323,14 @@ class CellBook:
     def _send(self, observation: Observation) -> None:
         wait: Wait | WaitToPending
         if observation.frontier:
-            wait = WaitToPending(session_id=observation.session_id, cell_id=observation.cell_id)
+            wait = WaitToPending(
+                session_id=observation.session_id,
+                cell_id=observation.cell_id,
+                trace=observation.trace,
+            )
         else:
             request = WaitRequest(cell_id=observation.cell_id, yield_time_ms=observation.window_ms)
-            wait = Wait(session_id=observation.session_id, request=request)
+            wait = Wait(session_id=observation.session_id, request=request, trace=observation.trace)
         self._queue(OperationRequest(id=observation.request_id, request=wait))
 
     def _held(self, request_id: int) -> CellView:

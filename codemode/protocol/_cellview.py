@@ -33,6 +33,7 @@ from .._api import (
     WaitOutcome,
     Yielded,
 )
+from ..observability._report import TraceContext
 from ._errors import LocalProtocolError
 from ._messages import Err
 from ._statetable import StateTable
@@ -92,6 +93,7 @@ class Observation:
         "request_id",
         "retired",
         "session_id",
+        "trace",
         "view",
         "window_ms",
     )
@@ -106,6 +108,7 @@ class Observation:
         initial: bool = False,
         window_ms: int = 0,
         frontier: bool = False,
+        trace: TraceContext | None = None,
     ) -> None:
         self.session_id = session_id
         self.frontier = frontier  # observes to the pending frontier (never a Yielded)
@@ -116,6 +119,7 @@ class Observation:
         self.window_ms = window_ms
         self.answered = False
         self.retired = False  # only for a wait without a view (see `ClientConnection.cancel`)
+        self.trace = trace  # sent with the wait, when the host takes it
 
 
 class CellView:

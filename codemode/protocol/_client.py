@@ -38,6 +38,7 @@ from .._api import (
     Yielded,
 )
 from ..errors import InvalidRequestError
+from ..observability._report import CellReport, TraceContext
 from ._cells import CellBook
 from ._cellview import CellView
 from ._codec import FrameTooLargeError
@@ -56,6 +57,7 @@ from ._events import (
 )
 from ._handshake import checked_ready, client_hello
 from ._messages import (
+    TRACE_CAPABILITY,
     CellClosed,
     CellList,
     DelegateCancel,
@@ -179,18 +181,31 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         )
         return self._request(Kind.OPEN, request)
 
-    def execute(self, session_id: str, request: ExecuteRequest, *, to_pending: bool = False) -> int:
+    def execute(
+        self,
+        session_id: str,
+        request: ExecuteRequest,
+        *,
+        to_pending: bool = False,
+        trace: TraceContext | None = None,
+    ) -> int:
         """Queue `session/execute` (`to_pending`: `session/executeToPending`); its answer, then
-        the cell's initial response, follow.
+        the cell's initial response, follow. `trace` goes with it if the host takes it.
 
         Raises:
             FrameTooLargeError: the request does not fit in a frame; nothing was queued.
         """
         self._check_session(session_id)
+        trace = self._traceable(trace)
         if to_pending:
-            frontier = ExecuteToPending(session_id=session_id, request=request)
+            frontier = ExecuteToPending(session_id=session_id, request=request, trace=trace)
             return self._request(Kind.EXECUTE_TO_PENDING, frontier)
-        return self._request(Kind.EXECUTE, Execute(session_id=session_id, request=request))
+        execute = Execute(session_id=session_id, request=request, trace=trace)
+        return self._request(Kind.EXECUTE, execute)
+
+    def _traceable(self, trace: TraceContext | None) -> TraceContext | None:
+        """`trace` if the host negotiated the trace context (the capability rule), else None."""
+        return trace if trace is not None and TRACE_CAPABILITY in self.capabilities else None
 
     def take_initial(self, request_id: int) -> None:
         """The `StartedCell` of execute `request_id` now awaits its initial response."""
@@ -202,15 +217,23 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         if not self._closed:
             self._cells.release_initial(request_id)
 
-    def wait(self, session_id: str, cell_id: str, yield_time_ms: int | None) -> int:
+    def wait(
+        self,
+        session_id: str,
+        cell_id: str,
+        yield_time_ms: int | None,
+        *,
+        trace: TraceContext | None = None,
+    ) -> int:
         """Queue an observation of the cell (`yield_time_ms` None: to its pending frontier),
         or answer it from parked output, or defer it behind a retired observation; returns
-        its request id."""
+        its request id. `trace` goes with it if the host takes it."""
         self._check_session(session_id)
         request_id = self._new_id()
         frontier = yield_time_ms is None
         window = 0 if yield_time_ms is None else yield_time_ms
-        self._cells.observe(request_id, session_id, cell_id, window, frontier=frontier)
+        trace = self._traceable(trace)
+        self._cells.observe(request_id, session_id, cell_id, window, frontier=frontier, trace=trace)
         return request_id
 
     def preempt(self, session_id: str, cell_id: str) -> None:
@@ -305,8 +328,8 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
                 self._on_delegate_request(message)
             case DelegateCancel(id=call_id):
                 self._calls.cancelled(call_id)
-            case CellClosed(session_id=session_id, cell_id=cell_id):
-                self._on_cell_closed(session_id, cell_id)
+            case CellClosed(session_id=session_id, cell_id=cell_id, report=report):
+                self._on_cell_closed(session_id, cell_id, report)
             case Ready() | Rejected():
                 raise RemoteProtocolError("code-mode host sent a second handshake response")
             case Ping() | Pong():
@@ -418,11 +441,11 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
             message, self._live_view(message.session_id, cell_id, "delegated for")
         )
 
-    def _on_cell_closed(self, session_id: str, cell_id: str) -> None:
+    def _on_cell_closed(self, session_id: str, cell_id: str, report: CellReport | None) -> None:
         view = self._live_view(session_id, cell_id, "closed")
         view.closed = True
         self._calls.cell_closed(view)
-        self._events.append(CellEnded(session_id=session_id, cell_id=cell_id))
+        self._events.append(CellEnded(session_id=session_id, cell_id=cell_id, report=report))
         self._cells.forget_if_done(view)
 
     def _live_view(self, session_id: str, cell_id: str, what: str) -> CellView:

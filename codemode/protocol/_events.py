@@ -17,6 +17,7 @@ from __future__ import annotations
 import msgspec
 
 from .._api import Pending, RuntimeResponse
+from ..observability._report import CellReport
 from ._messages import (
     Err,
     HostRequest,
@@ -80,10 +81,12 @@ class DelegateCancelled(_Event, frozen=True):
 
 
 class CellEnded(_Event, frozen=True):
-    """`cell/closed`: the cell is gone; its reverse calls are cancelled, none will follow."""
+    """`cell/closed`: the cell is gone; its reverse calls are cancelled, none will follow.
+    `report`: its runtime's account, when the cell was traced."""
 
     session_id: str
     cell_id: str
+    report: CellReport | None = None
 
 
 class RequestReceived(_Event, frozen=True):

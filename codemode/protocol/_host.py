@@ -45,6 +45,7 @@ from collections.abc import Iterable
 
 from .._api import AdmissionLimits, Pending, RuntimeResponse
 from ..errors import TOO_MANY_REQUESTS, ErrorKind
+from ..observability._report import CellReport
 from ._codec import FrameDecodeError, FrameTooLargeError
 from ._endpoint import Endpoint
 from ._errors import LocalProtocolError, RemoteProtocolError
@@ -64,6 +65,7 @@ from ._messages import (
     LIMITS_CAPABILITY,
     PENDING_FRONTIER_CAPABILITY,
     PROTOCOL_VERSION,
+    TRACE_CAPABILITY,
     YIELD_CAPABILITY,
     CellClosed,
     ClientMessage,
@@ -121,7 +123,15 @@ HostEvent = (
 class _Route:
     """One cell's frames: its execute's id, and what is held back until its initial response."""
 
-    __slots__ = ("calls", "cell_id", "closed", "execute_id", "initial_sent", "session_id")
+    __slots__ = (
+        "calls",
+        "cell_id",
+        "closed",
+        "execute_id",
+        "initial_sent",
+        "report",
+        "session_id",
+    )
 
     def __init__(self, session_id: str, cell_id: str, execute_id: int) -> None:
         self.session_id = session_id
@@ -130,6 +140,7 @@ class _Route:
         self.initial_sent = False
         self.closed = False
         self.calls: set[int] = set()
+        self.report: CellReport | None = None  # sent with `cell/closed`
 
 
 class HostConnection(Endpoint[ClientMessage, HostEvent]):
@@ -227,14 +238,17 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
         if route.closed:
             self._close_route(route)
 
-    def cell_closed(self, session_id: str, cell_id: str) -> None:
-        """The runtime closed the cell: queue `cell/closed` (after its initial response)."""
+    def cell_closed(self, session_id: str, cell_id: str, report: CellReport | None = None) -> None:
+        """The runtime closed the cell: queue `cell/closed` (after its initial response), with
+        the cell's `report` if the client negotiated the trace context."""
         if self._failed:
             self._check_not_failed()
         route = self._routes.get((session_id, cell_id))
         if route is None or route.closed:
             raise LocalProtocolError(f"code-mode cell {cell_id} of {session_id} is not open")
         route.closed = True
+        if TRACE_CAPABILITY in self.capabilities:
+            route.report = report
         for call_id in route.calls:
             del self._calls[call_id]  # the runtime cancelled them: no cancel frame is owed
         route.calls.clear()
@@ -454,7 +468,8 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
         ]
 
     def _close_route(self, route: _Route) -> None:
-        self._queue(CellClosed(session_id=route.session_id, cell_id=route.cell_id))
+        closed = CellClosed(session_id=route.session_id, cell_id=route.cell_id, report=route.report)
+        self._queue(closed)
         del self._routes[(route.session_id, route.cell_id)]
         routes = self._routes_of[route.session_id]
         routes.discard(route)

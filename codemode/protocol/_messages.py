@@ -37,6 +37,7 @@ from .._api import (
     WaitRequest,
 )
 from ..errors import ErrorKind
+from ..observability._report import CellReport, TraceContext
 
 PROTOCOL_VERSION = 1
 LIMITS_CAPABILITY = "session-cell-execution-resource-limits"
@@ -50,12 +51,16 @@ INVENTORY_CAPABILITY = "cell-inventory"
 HEARTBEAT_CAPABILITY = "heartbeat"
 """Enables `connection/ping` and `connection/pong`, both ways: a peer that stops answering is
 noticed even when its socket stays open (docs/protocol.md, "Heartbeats")."""
+TRACE_CAPABILITY = "trace-context"
+"""Enables the `trace` field of execute and wait requests (a W3C trace context) and the
+`report` field of `cell/closed` (the runtime's `CellReport`): docs/observability.md."""
 CAPABILITIES = (
     LIMITS_CAPABILITY,
     PENDING_FRONTIER_CAPABILITY,
     YIELD_CAPABILITY,
     INVENTORY_CAPABILITY,
     HEARTBEAT_CAPABILITY,
+    TRACE_CAPABILITY,
 )
 """Everything this version of codemode speaks, host and client alike."""
 
@@ -249,8 +254,11 @@ class OpenSession(_Request, tag="session/open", frozen=True, omit_defaults=True)
     store_load: bool = True
 
 
-class Execute(_Request, tag="session/execute", frozen=True):
+class Execute(_Request, tag="session/execute", frozen=True, omit_defaults=True):
+    """Start a cell; `trace`: the client's cell span, sent only under `TRACE_CAPABILITY`."""
+
     request: ExecuteRequest
+    trace: TraceContext | None = None
 
 
 class ExecuteToPending(Execute, tag="session/executeToPending", frozen=True):
@@ -258,14 +266,18 @@ class ExecuteToPending(Execute, tag="session/executeToPending", frozen=True):
     `Completed` or `Terminated` initial response, never `Yielded`)."""
 
 
-class Wait(_Request, tag="session/wait", frozen=True):
+class Wait(_Request, tag="session/wait", frozen=True, omit_defaults=True):
+    """Observe a cell; `trace`: the client's observation span (`TRACE_CAPABILITY`)."""
+
     request: WaitRequest
+    trace: TraceContext | None = None
 
 
-class WaitToPending(_Request, tag="session/waitToPending", frozen=True):
+class WaitToPending(_Request, tag="session/waitToPending", frozen=True, omit_defaults=True):
     """Resume the cell and observe it to its next pending frontier (or its end)."""
 
     cell_id: str
+    trace: TraceContext | None = None
 
 
 class Terminate(_Request, tag="session/terminate", frozen=True):
@@ -422,9 +434,13 @@ class DelegateCancel(_Message, tag="delegate/cancel", frozen=True):
         _check_id(self.id)
 
 
-class CellClosed(_Message, tag="cell/closed", frozen=True):
+class CellClosed(_Message, tag="cell/closed", frozen=True, omit_defaults=True):
+    """The cell is gone; `report`: its runtime's account, for a traced cell
+    (`TRACE_CAPABILITY`)."""
+
     session_id: str
     cell_id: str
+    report: CellReport | None = None
 
     def __post_init__(self) -> None:
         _check_session_id(self.session_id)

@@ -146,5 +146,6 @@ async def open_remote_provider(
         shutdown_timeout=shutdown_timeout,
         close_bound=shutdown_timeout + 2 * (CLOSE_TIMEOUT + CLEANUP_GRACE),
         logger=logger,
+        kind="remote",
     ) as sessions:
         yield RemoteProvider(sessions)

@@ -35,6 +35,7 @@ Rules:
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Protocol, cast
@@ -107,6 +108,7 @@ class CellCalls:
         accepting: whether a tool answer may still reach the engine (rule 2).
         submit: runs a command for the engine now, or later if the cell is paused.
         admission: where the calls take their pending-call slots (rule 5).
+        timed: measure each tool call's round trip (`round_trips_ns`), for the cell's report.
     """
 
     def __init__(
@@ -120,6 +122,7 @@ class CellCalls:
         accepting: Callable[[], bool],
         submit: Callable[[Callable[[], None]], None],
         admission: Admission,
+        timed: bool = False,
     ) -> None:
         self._cell_id = cell_id
         self._request = request
@@ -138,6 +141,10 @@ class CellCalls:
         self._held: list[tuple[Callable[[], object], bool]] = []  # (start, is a tool call)
         self._dropped_notifications = 0  # rule 5
         self._released: trio.Event | None = None  # made when calls are first held
+        # With `timed` (the cell's telemetry wants them): when each call was made, and each
+        # answered call's round trip, in nanoseconds.
+        self._made_ns: dict[int, int] | None = {} if timed else None
+        self.round_trips_ns: list[int] = []
 
     # ---- starting ------------------------------------------------------------------------
 
@@ -156,6 +163,8 @@ class CellCalls:
             input=None if event.input_json is None else _decode_json(event.input_json),
         )
         self.pending_tools += 1
+        if self._made_ns is not None:
+            self._made_ns[event.call_id] = time.time_ns()
         if self._forwarder is not None:
             self._start(lambda: self._forward_tool(event.call_id, call), hold, True)
         else:
@@ -326,6 +335,8 @@ class CellCalls:
     def _answer(
         self, call_id: int, *, result: _Result | None = None, rejection: str | None = None
     ) -> None:
+        if self._made_ns is not None and (made := self._made_ns.pop(call_id, None)):
+            self.round_trips_ns.append(time.time_ns() - made)
         if self._accepting():
             self._submit(lambda: self._settle(call_id, result, rejection))
 

@@ -37,11 +37,15 @@ Rules (design.md, runtime 5):
    JavaScript ended, for a termination, or to raise its handler's exception. Running, waiting
    and holding a completion need none (a task per cell cost a sixth of the host's
    instructions for a trivial cell, and memory for every waiting one).
+11. A cell made with `report_to` records its life (`CellReport`: a few wall-clock stamps and
+   counts, never its source or payloads) and hands the report to `report_to` at its close,
+   just before `cell_closed`; without it the cell records nothing but its turn count.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 import trio
@@ -79,12 +83,13 @@ from codemode.errors import (
     ObserverBusyError,
     RuntimeEndedError,
 )
+from codemode.observability import CellReport
 
 from ._callee import name_the_callee
 from ._calls import CellCalls
 from ._frontier import Frontier
 from ._jswait import JavaScriptWait
-from ._observer import InitialObservation, ObservationCancelledError, Observer
+from ._observer import InitialObservation, ObservationCancelledError, Observer, item_bytes
 from ._output import CellOutput
 from ._phases import (
     ACTIVE,
@@ -114,6 +119,7 @@ class RuntimeCell:
         engine_cell: EngineCell,
         initial_window_ms: int | None,
         share: CellShare,
+        report_to: Callable[[CellReport], None] | None = None,
     ) -> None:
         self.cell_id = cell_id
         self.lifecycle = Lifecycle.RUNNING
@@ -137,6 +143,7 @@ class RuntimeCell:
             accepting=lambda: self._js_running and self.lifecycle is Lifecycle.RUNNING,
             submit=self._frontier.submit,
             admission=share.admission,
+            timed=report_to is not None,
         )
         self._timers = CellTimers(share.alarms, self._frontier.submit)
         self._js_running = True
@@ -152,6 +159,10 @@ class RuntimeCell:
         self._spawn: Callable[[Callable[[], Awaitable[None]]], None] | None = None
         self._has_task = False
         self._aborted = False
+        self._turns = 0
+        self._report_to = report_to  # rule 11
+        if report_to is not None:
+            self._life = _Life(time.time_ns())
 
     def start(self, spawn: Callable[[Callable[[], Awaitable[None]]], None]) -> None:
         """Hand the engine's events to the cell's handler, with no task of its own until it
@@ -353,6 +364,8 @@ class RuntimeCell:
                 self._close()
 
     def _begin_termination(self, reason: str) -> None:
+        if self._report_to is not None:
+            self._life.outcome = "shutdown" if reason == "session shut down" else "terminated"
         self._move(LifecycleTrigger.TERMINATE)
         self._frontier.drop()
         if self._js_running:
@@ -399,7 +412,9 @@ class RuntimeCell:
             self._mark_boundary(observer)
         match event:
             case TextOutput() | ImageOutput():
-                self._output.add(event)
+                item = self._output.add(event)
+                if self._report_to is not None:
+                    self._life.output_bytes += item_bytes(item)
             case ToolCallRequested(call_id=call_id):
                 if self._calls.tool_call(event, hold=self.watch is Watch.YIELDING):
                     self._frontier.issued(f"tool-{call_id}")
@@ -408,10 +423,13 @@ class RuntimeCell:
             case StoredValueWritten(key=key, value_json=value):
                 self._writes[key] = value
             case YieldRequested():
+                if self._report_to is not None:
+                    self._life.yields_ns.append(time.time_ns())
                 if observer is not None and not observer.frontier:
                     self._mark_boundary(observer)
             case Idle(cpu_us=cpu_us):
                 self._cpu_time_ms = cpu_us / 1000
+                self._turns += 1
                 if self._frontier.reached(event) and observer is not None:
                     observer.notify()
             case TimerStarted(timer_id=timer_id, delay_ms=delay_ms):
@@ -420,7 +438,10 @@ class RuntimeCell:
                 self._timers.clear(timer_id)
             case Finished():
                 self._javascript_finished(event)
-            case Started():
+            case Started(setup_ns=setup_ns):
+                if self._report_to is not None:
+                    self._life.started_ns = time.time_ns()
+                    self._life.setup_ns = setup_ns
                 if observer is not None:
                     observer.start_window(now)
                     if observer.expired(now):
@@ -438,6 +459,8 @@ class RuntimeCell:
         self._js_running = False
         self._timers.cancel_all()
         self._js_wait.end()
+        if self._report_to is not None:
+            self._life.finished(finished)
         if self.lifecycle is not Lifecycle.RUNNING:
             return  # terminating: the cell task finishes the termination
         if finished.outcome is Outcome.INTERRUPTED:
@@ -491,7 +514,75 @@ class RuntimeCell:
         self._share.forget(self)
         self._wake_observer()
         self.closed.set()
+        if self._report_to is not None:
+            report = self._life.report(self._turns, self._cpu_time_ms, self._calls.round_trips_ns)
+            try:
+                self._report_to(report)
+            except BaseException:  # as cell_closed's
+                logger.exception("the report of exec cell %r failed", self.cell_id)
         try:
             self._delegate.cell_closed(self.cell_id)
         except BaseException:  # also SystemExit: the application's code ends nothing else
             logger.exception("cell_closed(%r) raised", self.cell_id)
+
+
+_HEAP_TEXT = "InternalError: out of memory"
+_OUTPUT_TEXT = "exec cell output exceeds its pending output limit"
+
+
+class _Life:
+    """The stamps and counts of a cell that reports its life (rule 11)."""
+
+    __slots__ = (
+        "admitted_ns",
+        "finished_ns",
+        "heap_bytes",
+        "outcome",
+        "output_bytes",
+        "setup_ns",
+        "started_ns",
+        "yields_ns",
+    )
+
+    def __init__(self, admitted_ns: int) -> None:
+        self.admitted_ns = admitted_ns
+        self.started_ns = 0
+        self.setup_ns = 0
+        self.finished_ns = 0
+        self.heap_bytes = 0
+        self.output_bytes = 0
+        self.yields_ns: list[int] = []
+        self.outcome: str | None = None  # set by a termination, or by the JavaScript's end
+
+    def finished(self, finished: Finished) -> None:
+        self.finished_ns = time.time_ns()
+        self.heap_bytes = finished.heap_bytes
+        if self.outcome is not None:
+            return  # terminated first
+        text = finished.error_text or ""
+        if finished.outcome is Outcome.OK:
+            self.outcome = "completed"
+        elif finished.outcome is Outcome.CPU_LIMIT:
+            self.outcome = "cpu_limit"
+        elif text.startswith(_HEAP_TEXT):  # the engine's own texts (docs/limits.md)
+            self.outcome = "heap_limit"
+        elif _OUTPUT_TEXT in text.partition("\n")[0]:
+            self.outcome = "output_limit"
+        else:
+            self.outcome = "error"
+
+    def report(self, turns: int, cpu_ms: float, tool_call_ns: list[int]) -> CellReport:
+        return CellReport(
+            outcome=self.outcome or "terminated",
+            admitted_ns=self.admitted_ns,
+            started_ns=self.started_ns,
+            finished_ns=self.finished_ns,
+            closed_ns=time.time_ns(),
+            setup_ns=self.setup_ns,
+            turns=turns,
+            cpu_ms=cpu_ms,
+            heap_bytes=self.heap_bytes,
+            output_bytes=self.output_bytes,
+            yields_ns=self.yields_ns,
+            tool_call_ns=tool_call_ns,
+        )

@@ -53,13 +53,15 @@ class CellOutput:
         """The bytes the items take, as a response counts them."""
         return sum(item_bytes(item) for item in self._items)
 
-    def add(self, event: TextOutput | ImageOutput) -> None:
-        """The item a `text()` or an `image()` of the cell made."""
+    def add(self, event: TextOutput | ImageOutput) -> ContentItem:
+        """The item a `text()` or an `image()` of the cell made (returned, too)."""
+        item: ContentItem
         if isinstance(event, TextOutput):
-            self._items.append(InputText(text=event.text))
+            item = InputText(text=event.text)
         else:
-            detail = ImageDetail(event.detail)
-            self._items.append(InputImage(image_url=event.image_url, detail=detail))
+            item = InputImage(image_url=event.image_url, detail=ImageDetail(event.detail))
+        self._items.append(item)
+        return item
 
     def fits(self, budget: int | None) -> bool:
         """Whether every item fits in one observation of `budget` bytes."""

@@ -42,6 +42,7 @@ from codemode import (
 )
 from codemode._trio import CallWorkers
 from codemode.errors import ObserverBusyError, RuntimeEndedError, SessionShuttingDownError
+from codemode.observability import CellReport
 
 from ._admission import Admission
 from ._cell import RuntimeCell
@@ -125,17 +126,23 @@ class RuntimeSession:
         return self._limits
 
     async def execute(
-        self, request: ExecuteRequest, delegate: SessionDelegate, *, observe_initial: bool = True
+        self,
+        request: ExecuteRequest,
+        delegate: SessionDelegate,
+        *,
+        observe_initial: bool = True,
+        report_to: Callable[[CellReport], None] | None = None,
     ) -> StartedCell:
         """Admit and start a cell; its first response comes from `initial_response()`
         (`observe_initial=False`: the `StartedCell` is released at once, and the cell's next
-        `wait` observes it from its start).
+        `wait` observes it from its start). `report_to` gets the cell's `CellReport` as it
+        closes (rule 11 of `_cell`; the cell's telemetry).
 
         Raises:
             SessionShuttingDownError: shutdown has begun.
         """
         await trio.lowlevel.checkpoint()
-        cell = self.start(request, delegate)
+        cell = self.start(request, delegate, report_to=report_to)
 
         async def initial_response() -> RuntimeResponse:
             response = await cell.initial_response()
@@ -152,7 +159,11 @@ class RuntimeSession:
         )
 
     async def execute_to_pending(
-        self, request: ExecuteRequest, delegate: SessionDelegate
+        self,
+        request: ExecuteRequest,
+        delegate: SessionDelegate,
+        *,
+        report_to: Callable[[CellReport], None] | None = None,
     ) -> Pending | Completed | Terminated:
         """Admit a cell and observe it to its pending frontier (or its end).
 
@@ -164,7 +175,7 @@ class RuntimeSession:
         """
         StartedCell._release_dropped(self._dropped)
         await trio.lowlevel.checkpoint()
-        cell = self.start_to_pending(request, delegate)
+        cell = self.start_to_pending(request, delegate, report_to=report_to)
         try:
             response = await cell.initial_response()
         except BaseException:
@@ -174,7 +185,13 @@ class RuntimeSession:
         assert not isinstance(response, Yielded), "a frontier observer never yields"
         return response
 
-    def start(self, request: ExecuteRequest, delegate: SessionDelegate) -> RuntimeCell:
+    def start(
+        self,
+        request: ExecuteRequest,
+        delegate: SessionDelegate,
+        *,
+        report_to: Callable[[CellReport], None] | None = None,
+    ) -> RuntimeCell:
         """Admit and start a cell whose initial observation the caller awaits itself
         (`initial_response()`, at once): `execute` without its checkpoint and without a
         `StartedCell`, for the host, whose request is a fresh task.
@@ -183,19 +200,30 @@ class RuntimeSession:
             SessionShuttingDownError: shutdown has begun.
         """
         StartedCell._release_dropped(self._dropped)  # keeps the deque short between waits
-        return self._start(request, delegate, frontier=False)
+        return self._start(request, delegate, frontier=False, report_to=report_to)
 
-    def start_to_pending(self, request: ExecuteRequest, delegate: SessionDelegate) -> RuntimeCell:
+    def start_to_pending(
+        self,
+        request: ExecuteRequest,
+        delegate: SessionDelegate,
+        *,
+        report_to: Callable[[CellReport], None] | None = None,
+    ) -> RuntimeCell:
         """Admit a cell whose initial observation runs to its pending frontier; the host awaits
         its `initial_response()` itself, and `abandon()`s it when its caller is gone.
 
         Raises:
             SessionShuttingDownError: shutdown has begun.
         """
-        return self._start(request, delegate, frontier=True)
+        return self._start(request, delegate, frontier=True, report_to=report_to)
 
     def _start(
-        self, request: ExecuteRequest, delegate: SessionDelegate, *, frontier: bool
+        self,
+        request: ExecuteRequest,
+        delegate: SessionDelegate,
+        *,
+        frontier: bool,
+        report_to: Callable[[CellReport], None] | None,
     ) -> RuntimeCell:
         if not self._alive:
             raise SessionShuttingDownError()
@@ -231,6 +259,7 @@ class RuntimeSession:
                 None if frontier else observation_window_ms(yield_time_ms, self._limits)
             ),
             share=self._share,
+            report_to=report_to,
         )
         self._cells[cell_id] = cell
         self._watch.add(cell)
