@@ -50,10 +50,12 @@ from ._descriptions import (
 from ._descriptions import exec_description as _exec_description
 from ._descriptions import wait_description as _wait_description
 from ._images import has_images, prepare_images
-from ._output import ToolKindName, ToolOutput, error_output, format_response
+from ..observability import ModelSpan, model_span
+from ._output import DEFAULT_MAX_TOKENS, ToolKindName, ToolOutput, error_output, format_response
 from ._pragma import PragmaError, parse_exec_source
 from ._specs import ModelApi
 from ._specs import tool_specs as _tool_specs
+from ._truncation import truncate_items
 
 ABANDON_TIMEOUT = 5.0
 """Seconds a cancelled `exec` waits for the termination of the cell it started."""
@@ -173,12 +175,21 @@ class CodeMode:
         Cancellation: cancelling this call once the cell is started terminates the cell
         (shielded, at most `ABANDON_TIMEOUT` seconds), since no one else knows its id.
         """
+        with model_span("code_mode.exec", tool_call_id) as span:
+            output = await self._exec(tool_call_id, text, span)
+            span.set("codemode.output.status", output.status)
+            span.set("codemode.cell.id", output.cell_id)
+            return output
+
+    async def _exec(self, tool_call_id: str, text: str, span: ModelSpan) -> ToolOutput:
         started_at = trio.current_time()
         tool_call_id = well_formed(tool_call_id)
         try:
             source = parse_exec_source(well_formed(text))
         except PragmaError as error:
             return error_output(str(error), tool="exec")
+        span.set("codemode.exec.yield_time_ms", source.yield_time_ms)
+        span.set("codemode.exec.max_output_tokens", source.max_output_tokens)
         try:
             # The pragma's bounds are the request's (rule 1): building it raises only if they
             # part, and then the model still gets the text.
@@ -197,7 +208,9 @@ class CodeMode:
                 response = await started.initial_response()
             except CodeModeError as error:
                 return error_output(str(error), tool="exec", cell_id=started.cell_id)
-            return await self._format(response, started_at, source.max_output_tokens, "exec")
+            return await self._format(
+                response, started_at, source.max_output_tokens, "exec", span
+            )
         except BaseException:
             await self._abandon(started.cell_id)
             raise
@@ -208,11 +221,21 @@ class CodeMode:
         Args:
             arguments: the call's decoded JSON object (its JSON text is accepted too).
         """
+        with model_span("code_mode.wait", None) as span:
+            output = await self._wait(arguments, span)
+            span.set("codemode.output.status", output.status)
+            span.set("codemode.cell.id", output.cell_id)
+            return output
+
+    async def _wait(self, arguments: Any, span: ModelSpan) -> ToolOutput:
         started_at = trio.current_time()
         try:
             parsed = wait_arguments(arguments)
         except ArgumentsError as error:
             return error_output(str(error), tool="wait")
+        span.set("codemode.wait.yield_time_ms", parsed.yield_time_ms)
+        span.set("codemode.wait.max_tokens", parsed.max_tokens)
+        span.set("codemode.wait.terminate", parsed.terminate)
         try:
             if parsed.terminate:
                 outcome = await self._session.terminate(parsed.cell_id)
@@ -222,7 +245,7 @@ class CodeMode:
             return error_output(str(error), tool="wait", cell_id=parsed.cell_id)
         response = outcome.response
         assert not isinstance(response, Pending), "only the frontier operations return one"
-        return await self._format(response, started_at, parsed.max_tokens, "wait")
+        return await self._format(response, started_at, parsed.max_tokens, "wait", span)
 
     def _window(self, yield_time_ms: int | None) -> int | None:
         if self._min_yield_time_ms is None:
@@ -253,10 +276,15 @@ class CodeMode:
         started_at: float,
         max_tokens: int | None,
         tool: ToolKindName,
+        span: ModelSpan,
     ) -> ToolOutput:
         items = response.content_items
         if has_images(items):
             items = await trio.to_thread.run_sync(prepare_images, items)
+        if span.recording:
+            budget = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+            span.set("codemode.output.max_tokens", budget)
+            span.set("codemode.output.truncated", truncate_items(list(items), budget) != items)
         return format_response(
             response,
             items,

@@ -18,6 +18,8 @@ from ._host_spans import emit_host_spans as emit_host_spans
 from ._host_spans import host_observation as host_observation
 from ._host_spans import record_host_metrics as record_host_metrics
 from ._logs import CellLogFilter as CellLogFilter
+from ._model import ModelSpan as ModelSpan
+from ._model import model_span as model_span
 from ._logs import install_log_filter as install_log_filter
 from ._report import CellReport as CellReport
 from ._report import TraceContext as TraceContext
@@ -45,6 +47,7 @@ __all__ = [
     "CellLogFilter",
     "CellReport",
     "CellTrace",
+    "ModelSpan",
     "SdkMissingError",
     "SessionTraces",
     "Settings",
@@ -60,6 +63,7 @@ __all__ = [
     "install_from_environment",
     "install_log_filter",
     "lookup",
+    "model_span",
     "record_host_metrics",
     "reporting_here",
     "require_sdk",
