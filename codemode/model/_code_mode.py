@@ -40,6 +40,7 @@ from .._api import (
 from .._limits import MAX_YIELD_TIME_MS
 from .._text import well_formed
 from ..errors import CodeModeError
+from ..observability import ModelSpan, model_span
 from ._arguments import ArgumentsError, WaitArguments, exec_text, wait_arguments
 from ._descriptions import (
     EXEC_TOOL_NAME,
@@ -50,7 +51,6 @@ from ._descriptions import (
 from ._descriptions import exec_description as _exec_description
 from ._descriptions import wait_description as _wait_description
 from ._images import has_images, prepare_images
-from ..observability import ModelSpan, model_span
 from ._output import DEFAULT_MAX_TOKENS, ToolKindName, ToolOutput, error_output, format_response
 from ._pragma import PragmaError, parse_exec_source
 from ._specs import ModelApi
@@ -208,9 +208,7 @@ class CodeMode:
                 response = await started.initial_response()
             except CodeModeError as error:
                 return error_output(str(error), tool="exec", cell_id=started.cell_id)
-            return await self._format(
-                response, started_at, source.max_output_tokens, "exec", span
-            )
+            return await self._format(response, started_at, source.max_output_tokens, "exec", span)
         except BaseException:
             await self._abandon(started.cell_id)
             raise

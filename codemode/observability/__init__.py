@@ -13,16 +13,16 @@ is recorded unless `configure(record_source=True, record_payloads=True)` says so
 from . import _telemetry
 from ._cells import CellTrace as CellTrace
 from ._cells import SessionTraces as SessionTraces
-from ._cells import error_type as error_type
 from ._host_spans import emit_host_spans as emit_host_spans
 from ._host_spans import host_observation as host_observation
 from ._host_spans import record_host_metrics as record_host_metrics
 from ._logs import CellLogFilter as CellLogFilter
+from ._logs import install_log_filter as install_log_filter
 from ._model import ModelSpan as ModelSpan
 from ._model import model_span as model_span
-from ._logs import install_log_filter as install_log_filter
 from ._report import CellReport as CellReport
 from ._report import TraceContext as TraceContext
+from ._report import error_type as error_type
 from ._sdk import SdkMissingError as SdkMissingError
 from ._sdk import install_from_environment as install_from_environment
 from ._sdk import require_sdk as require_sdk

@@ -44,7 +44,7 @@ from ..errors import CodeModeError, ToolError, error_kind
 from . import _settings, _telemetry
 from ._host_spans import emit_host_spans
 from ._logs import current_cell, install_log_filter
-from ._report import CellReport, TraceContext
+from ._report import CellReport, TraceContext, error_type
 from ._telemetry import Telemetry, inject, lookup
 
 _T = TypeVar("_T")
@@ -55,13 +55,6 @@ def _bytes_of(items: list[ContentItem]) -> int:
         len(item.text.encode()) if isinstance(item, InputText) else len(item.image_url)
         for item in items
     )
-
-
-def error_type(error_text: str) -> str:
-    """The JavaScript error's class from a cell's error text (`TypeError: x` -> `TypeError`),
-    never its message; `Error` when the text names none."""
-    head = error_text.partition(":")[0].strip()
-    return head if head.isidentifier() else "Error"
 
 
 def _json_text(value: JsonValue) -> str:
@@ -192,7 +185,9 @@ class CellTrace:
         span.set_attribute("codemode.cell.tool_calls", self._tool_calls)
         span.set_attribute("codemode.cell.observations", self._observations)
         last = self._last
-        if isinstance(last, Completed) and last.error_text is not None:
+        if report is not None and report.error_type is not None:
+            span.set_attribute("error.type", report.error_type)
+        elif isinstance(last, Completed) and last.error_text is not None:
             span.set_attribute("error.type", error_type(last.error_text))
         elif outcome not in ("completed", "terminated", "shutdown"):
             span.set_attribute("error.type", outcome)

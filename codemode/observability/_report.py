@@ -36,6 +36,8 @@ class CellReport(
     Parameters:
         outcome: how it ended: `completed`, `error`, `terminated`, `shutdown`, `cpu_limit`,
             `heap_limit`, `output_limit` (`docs/observability.md`).
+        error_type: the class of the JavaScript error that ended it (`TypeError`), never
+            its message; None when no error ended it.
         admitted_ns: when the runtime admitted it.
         started_ns: when its JavaScript began (its engine runtime and globals were made), or 0
             if it never did.
@@ -53,6 +55,7 @@ class CellReport(
 
     outcome: str
     admitted_ns: int
+    error_type: str | None = None
     started_ns: int = 0
     finished_ns: int = 0
     closed_ns: int = 0
@@ -63,3 +66,10 @@ class CellReport(
     output_bytes: int = 0
     yields_ns: list[int] = msgspec.field(default_factory=list)
     tool_call_ns: list[int] = msgspec.field(default_factory=list)
+
+
+def error_type(error_text: str) -> str:
+    """The JavaScript error's class from a cell's error text (`TypeError: x` -> `TypeError`),
+    never its message; `Error` when the text names none."""
+    head = error_text.partition(":")[0].strip()
+    return head if head.isidentifier() else "Error"

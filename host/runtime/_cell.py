@@ -83,7 +83,7 @@ from codemode.errors import (
     ObserverBusyError,
     RuntimeEndedError,
 )
-from codemode.observability import CellReport
+from codemode.observability import CellReport, error_type
 
 from ._callee import name_the_callee
 from ._calls import CellCalls
@@ -535,6 +535,7 @@ class _Life:
 
     __slots__ = (
         "admitted_ns",
+        "error_type",
         "finished_ns",
         "heap_bytes",
         "outcome",
@@ -553,6 +554,7 @@ class _Life:
         self.output_bytes = 0
         self.yields_ns: list[int] = []
         self.outcome: str | None = None  # set by a termination, or by the JavaScript's end
+        self.error_type: str | None = None
 
     def finished(self, finished: Finished) -> None:
         self.finished_ns = time.time_ns()
@@ -560,6 +562,8 @@ class _Life:
         if self.outcome is not None:
             return  # terminated first
         text = finished.error_text or ""
+        if finished.error_text is not None and finished.outcome is not Outcome.CPU_LIMIT:
+            self.error_type = error_type(finished.error_text)
         if finished.outcome is Outcome.OK:
             self.outcome = "completed"
         elif finished.outcome is Outcome.CPU_LIMIT:
@@ -574,6 +578,7 @@ class _Life:
     def report(self, turns: int, cpu_ms: float, tool_call_ns: list[int]) -> CellReport:
         return CellReport(
             outcome=self.outcome or "terminated",
+            error_type=self.error_type,
             admitted_ns=self.admitted_ns,
             started_ns=self.started_ns,
             finished_ns=self.finished_ns,
