@@ -400,7 +400,8 @@ def test_every_codemode_logger_gets_the_log_filter() -> None:
 
     observability.install_log_filter()
     names = [n for n in logging.root.manager.loggerDict if n.startswith("codemode")]
-    assert "codemode.runtime" in names and "codemode.toolbox" in names
+    assert "codemode.runtime" in names
+    assert "codemode.toolbox" in names
     for name in names:
         logger = logging.getLogger(name)
         assert any(isinstance(f, observability.CellLogFilter) for f in logger.filters), name
