@@ -27,12 +27,15 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._api import MAX_OUTPUT_TOKENS, MAX_YIELD_TIME_MS
 from ._cli_inputs import UsageError, load_tools, read_source
 from .errors import CodeModeError
 from .model._pragma import MAX_SAFE_INTEGER
+
+if TYPE_CHECKING:
+    from .observability import InMemoryTrace
 
 FAILED = 1
 USAGE_ERROR = 2
@@ -99,6 +102,14 @@ def _parser() -> argparse.ArgumentParser:
         "--in-process",
         action="store_true",
         help="run the cell in this process instead of a host process",
+    )
+    run.add_argument(
+        "--trace",
+        action="store_true",
+        help=(
+            "after the output, print the run's span tree with timings on stderr (needs "
+            "codemode[otel-sdk]; docs/observability.md)"
+        ),
     )
 
     describe = commands.add_parser(
@@ -258,6 +269,7 @@ def _run(arguments: argparse.Namespace) -> int:
 
     source = read_source(arguments.file)
     tools = load_tools(arguments.tools)
+    trace = _trace() if arguments.trace else None
     options = RunOptions(
         yield_time_ms=arguments.yield_time_ms,
         max_tokens=arguments.max_tokens,
@@ -277,3 +289,22 @@ def _run(arguments: argparse.Namespace) -> int:
     finally:
         for watchdog in watchdogs:
             watchdog.cancel()
+        if trace is not None:
+            from .observability import render_tree
+
+            sys.stderr.write(f"trace:\n{render_tree(trace.spans())}\n")
+            trace.close()
+
+
+def _trace() -> InMemoryTrace:
+    """`--trace`: spans kept in memory for the tree printed after the run.
+
+    Raises:
+        UsageError: the OpenTelemetry SDK is not installed (one line naming the extra).
+    """
+    from .observability import InMemoryTrace, SdkMissingError
+
+    try:
+        return InMemoryTrace()
+    except SdkMissingError as error:
+        raise UsageError(str(error)) from None

@@ -82,6 +82,7 @@ MCP_MAY_IMPORT = (
     "codemode._identifiers",
     "codemode._trio",
     "codemode._cli_inputs",
+    "codemode.observability",
 )
 
 

@@ -482,3 +482,68 @@ def _builtins(message: object) -> dict[str, Any]:
     value = msgspec.to_builtins(message)
     assert isinstance(value, dict)
     return value
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.slow
+def test_the_traced_agent_example_prints_its_span_tree() -> None:
+    finished = subprocess.run(
+        [sys.executable, "-m", "examples.traced_agent"],
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        cwd=ROOT,
+    )
+    assert finished.returncode == 0, finished.stderr
+    names = [
+        line.strip().split(" ")[0]
+        for line in finished.stdout.splitlines()
+        if line.strip().startswith(("agent.", "code_mode.", "weather_service."))
+    ]
+    assert names[:3] == ["agent.turn", "code_mode.exec", "code_mode.cell"]
+    assert names.count("code_mode.tool_call") == 3
+    assert names.count("weather_service.lookup") == 3
+
+
+@pytest.mark.slow
+def test_codemode_run_trace_prints_the_tree_after_the_output() -> None:
+    finished = subprocess.run(
+        [
+            os.path.join(os.path.dirname(sys.executable), "codemode"),
+            "run",
+            "examples/weather.js",
+            "--tools",
+            "examples.weather_tools:toolbox",
+            "--in-process",
+            "--trace",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        cwd=ROOT,
+    )
+    assert finished.returncode == 0, finished.stderr
+    assert "Script completed" in finished.stdout
+    lines = finished.stderr.split("trace:\n", 1)[1].splitlines()
+    assert lines[0].startswith("code_mode.exec ")
+    assert lines[1].startswith("  code_mode.cell ")
+    assert "outcome=completed" in lines[1]
+    assert sum("code_mode.tool_call" in line for line in lines) == 5
+
+
+async def test_a_callers_trace_context_continues_into_the_cell(traced: Traced) -> None:
+    with traced.tracer.start_as_current_span("mcp.client") as remote:
+        meta = {"traceparent": observability.inject(None).traceparent}
+    with trio.fail_after(BOUND), observability.continued_trace(meta):
+        async with codemode.open_in_process_provider() as provider:
+            session = await provider.create_session()
+            started = await session.execute(
+                ExecuteRequest(tool_call_id="c", source="text(1)"), RecordingDelegate()
+            )
+            await started.initial_response()
+    (cell,) = traced.spans("code_mode.cell")
+    assert cell.context.trace_id == remote.get_span_context().trace_id
+    assert cell.parent is not None
+    assert cell.parent.span_id == remote.get_span_context().span_id

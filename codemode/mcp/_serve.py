@@ -39,6 +39,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from .._api import CellId, InputText, JsonValue, NestedToolCall, Session
 from .._combine import ToolSource
 from ..model import CodeMode, NamespaceDescription, ToolOutput, tool_specs
+from ..observability import continued_trace
 
 logger = logging.getLogger("codemode.mcp")
 
@@ -233,7 +234,9 @@ class CodeModeService:
             text = f"unknown tool {params.name!r}: code mode serves `exec` and `wait`"
             return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
         connection = await self._connection(_connection_key(ctx))
-        output = await connection.call(ctx, params.name, dict(params.arguments or {}))
+        # A client's trace (`traceparent` in the request's `_meta`) continues into the cell.
+        with continued_trace(ctx.meta):
+            output = await connection.call(ctx, params.name, dict(params.arguments or {}))
         return call_tool_result(output)
 
     async def _connection(self, key: str) -> _Connection:

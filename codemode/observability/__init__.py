@@ -23,6 +23,7 @@ from ._model import model_span as model_span
 from ._report import CellReport as CellReport
 from ._report import TraceContext as TraceContext
 from ._report import error_type as error_type
+from ._sdk import InMemoryTrace as InMemoryTrace
 from ._sdk import SdkMissingError as SdkMissingError
 from ._sdk import install_from_environment as install_from_environment
 from ._sdk import require_sdk as require_sdk
@@ -32,9 +33,11 @@ from ._settings import configure as configure
 from ._settings import current as current_settings
 from ._settings import restore as restore
 from ._telemetry import Telemetry as Telemetry
+from ._telemetry import continued_trace as continued_trace
 from ._telemetry import extract as extract
 from ._telemetry import inject as inject
 from ._telemetry import lookup as lookup
+from ._tree import render_tree as render_tree
 
 
 def reporting_here() -> bool:
@@ -47,6 +50,7 @@ __all__ = [
     "CellLogFilter",
     "CellReport",
     "CellTrace",
+    "InMemoryTrace",
     "ModelSpan",
     "SdkMissingError",
     "SessionTraces",
@@ -54,6 +58,7 @@ __all__ = [
     "Telemetry",
     "TraceContext",
     "configure",
+    "continued_trace",
     "current_settings",
     "emit_host_spans",
     "error_type",
@@ -65,6 +70,7 @@ __all__ = [
     "lookup",
     "model_span",
     "record_host_metrics",
+    "render_tree",
     "reporting_here",
     "require_sdk",
     "restore",

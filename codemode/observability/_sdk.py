@@ -94,3 +94,32 @@ def install_from_environment(service_name: str) -> Callable[[], None]:
         meter_provider.shutdown()
 
     return shut_down
+
+
+class InMemoryTrace:
+    """An SDK tracer provider that keeps the spans in memory, made current for codemode by
+    `configure` (no global provider is set) until `close()`."""
+
+    def __init__(self) -> None:
+        require_sdk("--trace")
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+            InMemorySpanExporter,
+        )
+
+        from . import _settings
+
+        self._exporter = InMemorySpanExporter()
+        self._provider = TracerProvider()
+        self._provider.add_span_processor(SimpleSpanProcessor(self._exporter))
+        self._previous = _settings.configure(tracer_provider=self._provider)
+
+    def spans(self) -> list[Any]:
+        return list(self._exporter.get_finished_spans())
+
+    def close(self) -> None:
+        from . import _settings
+
+        _settings.restore(self._previous)
+        self._provider.shutdown()

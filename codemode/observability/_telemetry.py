@@ -8,6 +8,8 @@ an SDK sets them), `lookup()` returns None and a cell costs one call here and no
 from __future__ import annotations
 
 import importlib.metadata
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from . import _settings
@@ -163,3 +165,27 @@ def extract(trace_context: TraceContext) -> Any:
     if trace_context.tracestate is not None:
         carrier["tracestate"] = trace_context.tracestate
     return _trace_context_propagator().extract(carrier)
+
+
+@contextmanager
+def continued_trace(meta: Mapping[str, Any] | None) -> Iterator[None]:
+    """Make the trace a caller sent (`traceparent`, `tracestate` in `meta`, as an MCP
+    request's `_meta` carries them) current for the block, when something records."""
+    traceparent = meta.get("traceparent") if meta is not None else None
+    if not isinstance(traceparent, str) or lookup() is None:
+        yield
+        return
+    tracestate = meta.get("tracestate") if meta is not None else None
+    context = extract(
+        TraceContext(
+            traceparent=traceparent,
+            tracestate=tracestate if isinstance(tracestate, str) else None,
+        )
+    )
+    from opentelemetry import context as otel_context
+
+    token = otel_context.attach(context)
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
