@@ -3,7 +3,8 @@ guest run hosted by the asyncio loop.
 
 Each test is a plain function that runs its own asyncio loop (`asyncio.run`), bounded by
 `asyncio.timeout`; the application's tools are asyncio coroutines. The session contract runs
-here too, as a third flavour beside the in-process and process providers (`test_the_contract`).
+here too, as a third flavour beside trio's (`test_the_contract`): on the in-process provider, a
+process provider and a remote provider connected to a real listening host.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from codemode import (
     Yielded,
 )
 from codemode.aio._bridge import Bridge, open_bridge
+from tests.remote_hosts import SharedHost
 
 LONG_MS = 60_000
 
@@ -109,12 +111,15 @@ text(`fahrenheit ${await tools.convert({ celsius })}`);
 
 
 @asynccontextmanager
-async def opened(kind: str) -> AsyncIterator[aio.Provider]:
+async def opened(kind: str, remote_address: str = "") -> AsyncIterator[aio.Provider]:
     if kind == "in-process":
         async with aio.open_in_process_provider() as provider:
             yield provider
-    else:
+    elif kind == "process":
         async with aio.open_process_provider() as provider:
+            yield provider
+    else:
+        async with aio.open_remote_provider([remote_address]) as provider:
             yield provider
 
 
@@ -537,9 +542,10 @@ class _TrioFacingSession:
 
 
 class _TrioFacingProvider:
-    def __init__(self, provider: aio.Provider, bridge: Bridge) -> None:
+    def __init__(self, provider: aio.Provider, bridge: Bridge, *, timed: bool) -> None:
         self._provider = provider
         self._bridge = bridge
+        self._timed = timed
 
     async def create_session(
         self, limits: CellLimits | None = None, *, store_load: bool = True
@@ -550,7 +556,8 @@ class _TrioFacingProvider:
         session = await self._bridge.run_asyncio(create)
         from tests.conftest import _DurationCheckedSession
 
-        return _DurationCheckedSession(_TrioFacingSession(session, self._bridge), timed=False)
+        facing = _TrioFacingSession(session, self._bridge)
+        return _DurationCheckedSession(facing, timed=self._timed)
 
 
 def _contract() -> list[Callable[..., Awaitable[None]]]:
@@ -588,16 +595,36 @@ def _contract() -> list[Callable[..., Awaitable[None]]]:
     return chosen
 
 
+CONTRACT_PROVIDERS = [
+    "in-process",
+    pytest.param("process", marks=pytest.mark.slow),
+    pytest.param("remote", marks=pytest.mark.slow),
+]
+"""The rows of the asyncio flavour: the trio flavour's (tests/conftest.py `PROVIDERS`) but the
+pool, whose sessions are process sessions on one of two hosts (its own tests cover the routing):
+in-process, a host spawned for the test, and a connection of the test's own to the session's
+shared listening host (`shared_host`)."""
+
+
 @pytest.mark.parametrize("test", _contract(), ids=lambda test: test.__name__)
-def test_the_contract(test: Callable[..., Awaitable[None]]) -> None:
+@pytest.mark.parametrize("kind", CONTRACT_PROVIDERS)
+def test_the_contract(
+    kind: str, test: Callable[..., Awaitable[None]], request: pytest.FixtureRequest
+) -> None:
     import inspect
 
     from tests.delegates import RecordingDelegate
 
+    remote_address = ""
+    shared_host: SharedHost | None = None
+    if kind == "remote":
+        shared_host = request.getfixturevalue("shared_host")
+        remote_address = shared_host.address()
+
     async def main() -> None:
-        async with aio.open_in_process_provider() as provider:
+        async with opened(kind, remote_address) as provider:
             bridge = provider._bridge
-            facing = _TrioFacingProvider(provider, bridge)
+            facing = _TrioFacingProvider(provider, bridge, timed=kind != "in-process")
             arguments: dict[str, Any] = {}
 
             async def in_trio() -> None:
@@ -614,6 +641,8 @@ def test_the_contract(test: Callable[..., Awaitable[None]]) -> None:
             await bridge.call(in_trio)
 
     run_on_asyncio(main, seconds=90)
+    if shared_host is not None:
+        shared_host.check()
 
 
 def test_the_callers_context_does_not_reach_the_delegate_calls() -> None:
