@@ -35,6 +35,7 @@ from codemode import (
 )
 from codemode.aio._bridge import Bridge, open_bridge
 from tests.remote_hosts import SharedHost
+from tests.sessions import SETTLE
 
 LONG_MS = 60_000
 
@@ -452,7 +453,7 @@ def test_limits_and_errors_are_the_trio_providers() -> None:
 class _AsyncioFacing:
     """A trio delegate, offered to `codemode.aio` as an asyncio one (its calls cross back)."""
 
-    def __init__(self, delegate: codemode.SessionDelegate, bridge: Bridge) -> None:
+    def __init__(self, delegate: codemode.SessionDelegate, bridge: Bridge | _WatchedBridge) -> None:
         self._delegate = delegate
         self._bridge = bridge
 
@@ -469,7 +470,7 @@ class _AsyncioFacing:
 class _TrioFacingSession:
     """A `codemode.aio.Session`, seen from trio through asyncio tasks."""
 
-    def __init__(self, session: aio.Session, bridge: Bridge) -> None:
+    def __init__(self, session: aio.Session, bridge: Bridge | _WatchedBridge) -> None:
         self._session = session
         self._bridge = bridge
 
@@ -500,11 +501,12 @@ class _TrioFacingSession:
             response: codemode.RuntimeResponse = await self._on_asyncio(started.initial_response)
             return response
 
+        # Named after the trio session's id, as the warning of a dropped cell names it.
         return codemode.StartedCell._create(
             started.cell_id,
             initial_response,
             started.release,
-            session_id="asyncio",
+            session_id=started._started._session_id,
             observe_initial=observe_initial,
         )
 
@@ -541,8 +543,70 @@ class _TrioFacingSession:
         return cells
 
 
+_TRACKED: contextvars.ContextVar[bool] = contextvars.ContextVar("_TRACKED", default=False)
+"""Set in the asyncio tasks that `_WatchedBridge.run_asyncio` starts."""
+
+
+class _WatchedBridge:
+    """The provider's bridge, counting the asyncio tasks it runs for trio while they run on
+    asyncio: from their start to their end, but for the time each waits for a trio call of its
+    own (`call`), which trio sees. With none running and every trio task blocked, an operation
+    of the session is blocked waiting, as `trio.testing.wait_all_tasks_blocked` means under
+    trio (`settle`, the flavour's `tests.sessions.SETTLE`). Every count changes in trio, at the
+    hand-overs; each change sets an event, so `settle` waits on events, never on time."""
+
+    def __init__(self, bridge: Bridge) -> None:
+        self._bridge = bridge
+        self._on_asyncio = 0
+        self._changed = trio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._bridge, name)
+
+    def _count(self, change: int) -> None:
+        self._on_asyncio += change
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def run_asyncio(
+        self, function: Callable[..., Coroutine[Any, Any, Any]], *args: Any
+    ) -> Any:
+        async def tracked(*args: Any) -> Any:
+            _TRACKED.set(True)
+            return await function(*args)
+
+        self._count(1)
+        try:
+            return await self._bridge.run_asyncio(tracked, *args)
+        finally:
+            self._count(-1)
+
+    async def call(
+        self, function: Callable[..., Awaitable[Any]], *args: Any, orphan: Any = None
+    ) -> Any:
+        if not _TRACKED.get():
+            return await self._bridge.call(function, *args, orphan=orphan)
+
+        async def counted(*args: Any) -> Any:
+            self._count(-1)  # in trio, where its caller waits for it
+            try:
+                return await function(*args)
+            finally:
+                self._count(1)  # back to its caller, on asyncio
+
+        return await self._bridge.call(counted, *args, orphan=orphan)
+
+    async def settle(self) -> None:
+        while True:
+            while self._on_asyncio:
+                await self._changed.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            if not self._on_asyncio:
+                return
+
+
 class _TrioFacingProvider:
-    def __init__(self, provider: aio.Provider, bridge: Bridge, *, timed: bool) -> None:
+    def __init__(self, provider: aio.Provider, bridge: _WatchedBridge, *, timed: bool) -> None:
         self._provider = provider
         self._bridge = bridge
         self._timed = timed
@@ -562,10 +626,9 @@ class _TrioFacingProvider:
 
 def _contract() -> list[Callable[..., Awaitable[None]]]:
     """The contract tests that take only a session, a delegate or a provider. Left out: those
-    for one provider only, those needing an engine or other fixtures, and those that synchronise
-    on `trio.testing.wait_all_tasks_blocked` (here part of each operation runs in asyncio tasks,
-    which trio does not see, so "every trio task is blocked" does not mean the operation is
-    waiting)."""
+    for one provider only, those needing an engine or other fixtures. Those that wait for every
+    task to be blocked do it through `tests.sessions.all_tasks_blocked`, which here also waits
+    for the operations' asyncio tasks (`_WatchedBridge.settle`): trio alone does not see them."""
     import inspect
 
     from tests import (
@@ -587,8 +650,6 @@ def _contract() -> list[Callable[..., Awaitable[None]]]:
                 continue
             if getattr(function, "pytestmark", None):
                 continue  # parametrised, or for one provider only
-            if "wait_all_tasks_blocked" in inspect.getsource(function):
-                continue
             parameters = set(inspect.signature(function).parameters)
             if parameters and parameters <= {"session", "delegate", "provider"}:
                 chosen.append(function)
@@ -624,10 +685,13 @@ def test_the_contract(
     async def main() -> None:
         async with opened(kind, remote_address) as provider:
             bridge = provider._bridge
-            facing = _TrioFacingProvider(provider, bridge, timed=kind != "in-process")
+            watched = _WatchedBridge(bridge)
+            provider._bridge = watched  # type: ignore[assignment]  # its sessions' bridge too
+            facing = _TrioFacingProvider(provider, watched, timed=kind != "in-process")
             arguments: dict[str, Any] = {}
 
             async def in_trio() -> None:
+                SETTLE.set(watched.settle)
                 for name in inspect.signature(test).parameters:
                     if name == "session":
                         arguments[name] = await facing.create_session()
