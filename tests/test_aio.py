@@ -624,11 +624,17 @@ class _TrioFacingProvider:
         return _DurationCheckedSession(facing, timed=self._timed)
 
 
-def _contract() -> list[Callable[..., Awaitable[None]]]:
-    """The contract tests that take only a session, a delegate or a provider. Left out: those
-    for one provider only, those needing an engine or other fixtures. Those that wait for every
-    task to be blocked do it through `tests.sessions.all_tasks_blocked`, which here also waits
-    for the operations' asyncio tasks (`_WatchedBridge.settle`): trio alone does not see them."""
+FIXTURES = {"session", "delegate", "provider"}
+"""The fixtures of the contract tests that the asyncio flavour gives them."""
+
+
+def _contract() -> list[Any]:
+    """The contract tests that take only a session, a delegate or a provider, and the values of
+    their own parameters where they are parametrised (one row per value, named as pytest names
+    it). Left out: those for one provider only (parametrised over `provider` themselves), those
+    needing an engine or other fixtures. Those that wait for every task to be blocked do it
+    through `tests.sessions.all_tasks_blocked`, which here also waits for the operations'
+    asyncio tasks (`_WatchedBridge.settle`): trio alone does not see them."""
     import inspect
 
     from tests import (
@@ -648,12 +654,35 @@ def _contract() -> list[Callable[..., Awaitable[None]]]:
         for name, function in vars(module).items():
             if not name.startswith("test_") or not inspect.iscoroutinefunction(function):
                 continue
-            if getattr(function, "pytestmark", None):
-                continue  # parametrised, or for one provider only
+            rows = _rows(getattr(function, "pytestmark", []))
+            if rows is None:
+                continue
             parameters = set(inspect.signature(function).parameters)
-            if parameters and parameters <= {"session", "delegate", "provider"}:
-                chosen.append(function)
+            for suffix, values in rows:
+                if parameters - set(values) and parameters - set(values) <= FIXTURES:
+                    chosen.append(pytest.param(function, values, id=name + suffix))
     return chosen
+
+
+def _rows(marks: list[pytest.Mark]) -> list[tuple[str, dict[str, Any]]] | None:
+    """The rows of a test's own `parametrize` marks (one, unparametrised, without marks), or
+    None for a test with other marks (slow, for one provider, ...)."""
+    rows: list[tuple[str, dict[str, Any]]] = [("", {})]
+    for mark in marks:
+        if mark.name != "parametrize" or "indirect" in mark.kwargs:
+            return None
+        names, values = mark.args
+        names = [name.strip() for name in names.split(",")] if isinstance(names, str) else names
+        ids = mark.kwargs.get("ids")
+        if len(names) == 1:
+            values = [(value,) for value in values]
+        labels = ids or [str(index) for index in range(len(values))]
+        rows = [
+            (f"{suffix}[{label}]", {**row, **dict(zip(names, value, strict=True))})
+            for suffix, row in rows
+            for label, value in zip(labels, values, strict=True)
+        ]
+    return rows
 
 
 CONTRACT_PROVIDERS = [
@@ -667,10 +696,13 @@ in-process, a host spawned for the test, and a connection of the test's own to t
 shared listening host (`shared_host`)."""
 
 
-@pytest.mark.parametrize("test", _contract(), ids=lambda test: test.__name__)
+@pytest.mark.parametrize(("test", "values"), _contract())
 @pytest.mark.parametrize("kind", CONTRACT_PROVIDERS)
 def test_the_contract(
-    kind: str, test: Callable[..., Awaitable[None]], request: pytest.FixtureRequest
+    kind: str,
+    test: Callable[..., Awaitable[None]],
+    values: dict[str, Any],
+    request: pytest.FixtureRequest,
 ) -> None:
     import inspect
 
@@ -688,11 +720,13 @@ def test_the_contract(
             watched = _WatchedBridge(bridge)
             provider._bridge = watched  # type: ignore[assignment]  # its sessions' bridge too
             facing = _TrioFacingProvider(provider, watched, timed=kind != "in-process")
-            arguments: dict[str, Any] = {}
+            arguments: dict[str, Any] = dict(values)
 
             async def in_trio() -> None:
                 SETTLE.set(watched.settle)
                 for name in inspect.signature(test).parameters:
+                    if name in arguments:
+                        continue
                     if name == "session":
                         arguments[name] = await facing.create_session()
                     elif name == "delegate":
