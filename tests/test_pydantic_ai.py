@@ -29,7 +29,7 @@ from pydantic_ai.toolsets import FunctionToolset
 
 import codemode.aio
 from codemode.integrations.pydantic_ai import CodeModeToolset
-from tests.asyncio_agents import TWO_TOOLS, run_on_asyncio
+from tests.asyncio_agents import TWO_TOOLS, check_streamed_run, run_on_asyncio
 
 
 def returns(messages: list[ModelMessage]) -> list[str]:
@@ -185,15 +185,6 @@ def test_cancelling_the_agent_run_terminates_the_cell_and_cancels_its_tool() -> 
     run_on_asyncio(main)
 
 
-STREAMED_RUN = [
-    "response streamed",  # exec's call, complete before the cell starts
-    "lookup Lima",
-    "response streamed",  # wait's call, after exec's result (the cell yielded)
-    "convert 19.0",
-    "response streamed",  # the answer, after wait's result
-]
-
-
 def test_a_streamed_run_calls_the_tools_once_each_call_is_complete() -> None:
     tools = Tools()
 
@@ -211,7 +202,7 @@ def test_a_streamed_run_calls_the_tools_once_each_call_is_complete() -> None:
             assert headers == ["Script running with cell ID 1", "Script completed"]
 
     run_on_asyncio(main)
-    assert tools.calls == STREAMED_RUN
+    check_streamed_run(tools.calls)
 
 
 def test_a_run_streaming_its_events_shows_each_exec_and_wait_and_their_results() -> None:
@@ -248,4 +239,4 @@ def test_a_run_streaming_its_events_shows_each_exec_and_wait_and_their_results()
             assert text == ["fahrenheit 66.2"]
 
     run_on_asyncio(main)
-    assert tools.calls == STREAMED_RUN
+    check_streamed_run(tools.calls)
