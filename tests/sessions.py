@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import contextvars
+from collections.abc import Awaitable, Callable
+
+import trio
+import trio.testing
+
 from codemode import (
     ContentItem,
     ExecuteRequest,
@@ -63,3 +69,25 @@ def texts(value: RuntimeResponse | Pending | WaitOutcome | list[ContentItem]) ->
         value = value.response
     items = value if isinstance(value, list) else value.content_items
     return [item.text for item in items if isinstance(item, InputText)]
+
+
+SETTLE: contextvars.ContextVar[Callable[[], Awaitable[None]] | None] = contextvars.ContextVar(
+    "SETTLE", default=None
+)
+"""What `all_tasks_blocked` waits for instead of trio's own, where part of each session
+operation runs outside trio: set by the asyncio flavour of the contract (tests/test_aio.py)."""
+
+
+async def all_tasks_blocked() -> None:
+    """Until every task is blocked, the session operations started so far among them: what the
+    contract tests wait for before they act on an observation a task of theirs started.
+
+    Under trio it is `trio.testing.wait_all_tasks_blocked`. In the asyncio flavour part of each
+    operation runs as an asyncio task, which trio does not see (all trio tasks may be blocked
+    while the operation is still on its way through asyncio): that flavour's `SETTLE` also
+    waits until none of them is running."""
+    settle = SETTLE.get()
+    if settle is None:
+        await trio.testing.wait_all_tasks_blocked()
+    else:
+        await settle()

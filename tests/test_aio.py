@@ -3,7 +3,8 @@ guest run hosted by the asyncio loop.
 
 Each test is a plain function that runs its own asyncio loop (`asyncio.run`), bounded by
 `asyncio.timeout`; the application's tools are asyncio coroutines. The session contract runs
-here too, as a third flavour beside the in-process and process providers (`test_the_contract`).
+here too, as a third flavour beside trio's (`test_the_contract`): on the in-process provider, a
+process provider and a remote provider connected to a real listening host.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from codemode import (
     Yielded,
 )
 from codemode.aio._bridge import Bridge, open_bridge
+from tests.remote_hosts import SharedHost
+from tests.sessions import SETTLE
 
 LONG_MS = 60_000
 
@@ -109,12 +112,15 @@ text(`fahrenheit ${await tools.convert({ celsius })}`);
 
 
 @asynccontextmanager
-async def opened(kind: str) -> AsyncIterator[aio.Provider]:
+async def opened(kind: str, remote_address: str = "") -> AsyncIterator[aio.Provider]:
     if kind == "in-process":
         async with aio.open_in_process_provider() as provider:
             yield provider
-    else:
+    elif kind == "process":
         async with aio.open_process_provider() as provider:
+            yield provider
+    else:
+        async with aio.open_remote_provider([remote_address]) as provider:
             yield provider
 
 
@@ -447,7 +453,7 @@ def test_limits_and_errors_are_the_trio_providers() -> None:
 class _AsyncioFacing:
     """A trio delegate, offered to `codemode.aio` as an asyncio one (its calls cross back)."""
 
-    def __init__(self, delegate: codemode.SessionDelegate, bridge: Bridge) -> None:
+    def __init__(self, delegate: codemode.SessionDelegate, bridge: Bridge | _WatchedBridge) -> None:
         self._delegate = delegate
         self._bridge = bridge
 
@@ -464,7 +470,7 @@ class _AsyncioFacing:
 class _TrioFacingSession:
     """A `codemode.aio.Session`, seen from trio through asyncio tasks."""
 
-    def __init__(self, session: aio.Session, bridge: Bridge) -> None:
+    def __init__(self, session: aio.Session, bridge: Bridge | _WatchedBridge) -> None:
         self._session = session
         self._bridge = bridge
 
@@ -495,11 +501,12 @@ class _TrioFacingSession:
             response: codemode.RuntimeResponse = await self._on_asyncio(started.initial_response)
             return response
 
+        # Named after the trio session's id, as the warning of a dropped cell names it.
         return codemode.StartedCell._create(
             started.cell_id,
             initial_response,
             started.release,
-            session_id="asyncio",
+            session_id=started._started._session_id,
             observe_initial=observe_initial,
         )
 
@@ -536,10 +543,73 @@ class _TrioFacingSession:
         return cells
 
 
+_TRACKED: contextvars.ContextVar[bool] = contextvars.ContextVar("_TRACKED", default=False)
+"""Set in the asyncio tasks that `_WatchedBridge.run_asyncio` starts."""
+
+
+class _WatchedBridge:
+    """The provider's bridge, counting the asyncio tasks it runs for trio while they run on
+    asyncio: from their start to their end, but for the time each waits for a trio call of its
+    own (`call`), which trio sees. With none running and every trio task blocked, an operation
+    of the session is blocked waiting, as `trio.testing.wait_all_tasks_blocked` means under
+    trio (`settle`, the flavour's `tests.sessions.SETTLE`). Every count changes in trio, at the
+    hand-overs; each change sets an event, so `settle` waits on events, never on time."""
+
+    def __init__(self, bridge: Bridge) -> None:
+        self._bridge = bridge
+        self._on_asyncio = 0
+        self._changed = trio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._bridge, name)
+
+    def _count(self, change: int) -> None:
+        self._on_asyncio += change
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def run_asyncio(
+        self, function: Callable[..., Coroutine[Any, Any, Any]], *args: Any
+    ) -> Any:
+        async def tracked(*args: Any) -> Any:
+            _TRACKED.set(True)
+            return await function(*args)
+
+        self._count(1)
+        try:
+            return await self._bridge.run_asyncio(tracked, *args)
+        finally:
+            self._count(-1)
+
+    async def call(
+        self, function: Callable[..., Awaitable[Any]], *args: Any, orphan: Any = None
+    ) -> Any:
+        if not _TRACKED.get():
+            return await self._bridge.call(function, *args, orphan=orphan)
+
+        async def counted(*args: Any) -> Any:
+            self._count(-1)  # in trio, where its caller waits for it
+            try:
+                return await function(*args)
+            finally:
+                self._count(1)  # back to its caller, on asyncio
+
+        return await self._bridge.call(counted, *args, orphan=orphan)
+
+    async def settle(self) -> None:
+        while True:
+            while self._on_asyncio:
+                await self._changed.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            if not self._on_asyncio:
+                return
+
+
 class _TrioFacingProvider:
-    def __init__(self, provider: aio.Provider, bridge: Bridge) -> None:
+    def __init__(self, provider: aio.Provider, bridge: _WatchedBridge, *, timed: bool) -> None:
         self._provider = provider
         self._bridge = bridge
+        self._timed = timed
 
     async def create_session(
         self, limits: CellLimits | None = None, *, store_load: bool = True
@@ -550,15 +620,21 @@ class _TrioFacingProvider:
         session = await self._bridge.run_asyncio(create)
         from tests.conftest import _DurationCheckedSession
 
-        return _DurationCheckedSession(_TrioFacingSession(session, self._bridge), timed=False)
+        facing = _TrioFacingSession(session, self._bridge)
+        return _DurationCheckedSession(facing, timed=self._timed)
 
 
-def _contract() -> list[Callable[..., Awaitable[None]]]:
-    """The contract tests that take only a session, a delegate or a provider. Left out: those
-    for one provider only, those needing an engine or other fixtures, and those that synchronise
-    on `trio.testing.wait_all_tasks_blocked` (here part of each operation runs in asyncio tasks,
-    which trio does not see, so "every trio task is blocked" does not mean the operation is
-    waiting)."""
+FIXTURES = {"session", "delegate", "provider"}
+"""The fixtures of the contract tests that the asyncio flavour gives them."""
+
+
+def _contract() -> list[Any]:
+    """The contract tests that take only a session, a delegate or a provider, and the values of
+    their own parameters where they are parametrised (one row per value, named as pytest names
+    it). Left out: those for one provider only (parametrised over `provider` themselves), those
+    needing an engine or other fixtures. Those that wait for every task to be blocked do it
+    through `tests.sessions.all_tasks_blocked`, which here also waits for the operations'
+    asyncio tasks (`_WatchedBridge.settle`): trio alone does not see them."""
     import inspect
 
     from tests import (
@@ -578,30 +654,79 @@ def _contract() -> list[Callable[..., Awaitable[None]]]:
         for name, function in vars(module).items():
             if not name.startswith("test_") or not inspect.iscoroutinefunction(function):
                 continue
-            if getattr(function, "pytestmark", None):
-                continue  # parametrised, or for one provider only
-            if "wait_all_tasks_blocked" in inspect.getsource(function):
+            rows = _rows(getattr(function, "pytestmark", []))
+            if rows is None:
                 continue
             parameters = set(inspect.signature(function).parameters)
-            if parameters and parameters <= {"session", "delegate", "provider"}:
-                chosen.append(function)
+            for suffix, values in rows:
+                if parameters - set(values) and parameters - set(values) <= FIXTURES:
+                    chosen.append(pytest.param(function, values, id=name + suffix))
     return chosen
 
 
-@pytest.mark.parametrize("test", _contract(), ids=lambda test: test.__name__)
-def test_the_contract(test: Callable[..., Awaitable[None]]) -> None:
+def _rows(marks: list[pytest.Mark]) -> list[tuple[str, dict[str, Any]]] | None:
+    """The rows of a test's own `parametrize` marks (one, unparametrised, without marks), or
+    None for a test with other marks (slow, for one provider, ...)."""
+    rows: list[tuple[str, dict[str, Any]]] = [("", {})]
+    for mark in marks:
+        if mark.name != "parametrize" or "indirect" in mark.kwargs:
+            return None
+        names, values = mark.args
+        names = [name.strip() for name in names.split(",")] if isinstance(names, str) else names
+        ids = mark.kwargs.get("ids")
+        if len(names) == 1:
+            values = [(value,) for value in values]
+        labels = ids or [str(index) for index in range(len(values))]
+        rows = [
+            (f"{suffix}[{label}]", {**row, **dict(zip(names, value, strict=True))})
+            for suffix, row in rows
+            for label, value in zip(labels, values, strict=True)
+        ]
+    return rows
+
+
+CONTRACT_PROVIDERS = [
+    "in-process",
+    pytest.param("process", marks=pytest.mark.slow),
+    pytest.param("remote", marks=pytest.mark.slow),
+]
+"""The rows of the asyncio flavour: the trio flavour's (tests/conftest.py `PROVIDERS`) but the
+pool, whose sessions are process sessions on one of two hosts (its own tests cover the routing):
+in-process, a host spawned for the test, and a connection of the test's own to the session's
+shared listening host (`shared_host`)."""
+
+
+@pytest.mark.parametrize(("test", "values"), _contract())
+@pytest.mark.parametrize("kind", CONTRACT_PROVIDERS)
+def test_the_contract(
+    kind: str,
+    test: Callable[..., Awaitable[None]],
+    values: dict[str, Any],
+    request: pytest.FixtureRequest,
+) -> None:
     import inspect
 
     from tests.delegates import RecordingDelegate
 
+    remote_address = ""
+    shared_host: SharedHost | None = None
+    if kind == "remote":
+        shared_host = request.getfixturevalue("shared_host")
+        remote_address = shared_host.address()
+
     async def main() -> None:
-        async with aio.open_in_process_provider() as provider:
+        async with opened(kind, remote_address) as provider:
             bridge = provider._bridge
-            facing = _TrioFacingProvider(provider, bridge)
-            arguments: dict[str, Any] = {}
+            watched = _WatchedBridge(bridge)
+            provider._bridge = watched  # type: ignore[assignment]  # its sessions' bridge too
+            facing = _TrioFacingProvider(provider, watched, timed=kind != "in-process")
+            arguments: dict[str, Any] = dict(values)
 
             async def in_trio() -> None:
+                SETTLE.set(watched.settle)
                 for name in inspect.signature(test).parameters:
+                    if name in arguments:
+                        continue
                     if name == "session":
                         arguments[name] = await facing.create_session()
                     elif name == "delegate":
@@ -614,6 +739,8 @@ def test_the_contract(test: Callable[..., Awaitable[None]]) -> None:
             await bridge.call(in_trio)
 
     run_on_asyncio(main, seconds=90)
+    if shared_host is not None:
+        shared_host.check()
 
 
 def test_the_callers_context_does_not_reach_the_delegate_calls() -> None:

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import trio
-import trio.testing
 from codemode_host.engine import Engine
 from codemode_host.runtime import RuntimeSession
 
@@ -35,7 +34,7 @@ from codemode import (
 from codemode.errors import ObserverBusyError
 from tests.conftest import Provider
 from tests.delegates import RecordingDelegate
-from tests.sessions import LONG_MS, execute, texts, tool
+from tests.sessions import LONG_MS, all_tasks_blocked, execute, texts, tool
 
 ECHO = [tool("echo")]
 
@@ -194,7 +193,7 @@ async def test_dropped_pending_observer_preserves_the_frontier_for_the_next_obse
         with trio.CancelScope() as dropped:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(session.wait_to_pending, "1")
-                await trio.testing.wait_all_tasks_blocked()
+                await all_tasks_blocked()
                 dropped.cancel()
         # The dropped observer resumed the cell: the gate's answer reaches it, the cell calls
         # `second`, and pauses at a frontier nobody observes.
@@ -244,7 +243,7 @@ async def test_pending_frontier_rejects_a_second_observer_and_termination_preemp
         await session.execute_to_pending(request('await tools.echo({}); text("x")'), delegate)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(observe)
-            await trio.testing.wait_all_tasks_blocked()
+            await all_tasks_blocked()
             with pytest.raises(ObserverBusyError, match="exec cell 1 already has an active"):
                 await session.wait_to_pending("1")
             with pytest.raises(ObserverBusyError):
@@ -295,7 +294,7 @@ async def test_cancelled_execute_to_pending_terminates_the_cell(
                 if "tools" in source:
                     await delegate.until(lambda: len(delegate.invocations) == 1)
                 else:
-                    await trio.testing.wait_all_tasks_blocked()
+                    await all_tasks_blocked()
                 scope.cancel()
         await delegate.until(lambda: delegate.closed == ["1"])
         assert isinstance(await session.wait(WaitRequest(cell_id="1")), MissingCell)
@@ -319,7 +318,7 @@ async def test_preempt_yields_a_busy_loop_now(session: Session) -> None:
 
             nursery.start_soon(observe)
             await delegate.until(lambda: len(delegate.notifications) == 1)
-            await trio.testing.wait_all_tasks_blocked()
+            await all_tasks_blocked()
             await session.preempt("1")
         assert responses == [Yielded(cell_id="1", content_items=[InputText(text="a")])]
         assert await session.terminate("1") == TERMINATED
@@ -339,7 +338,7 @@ async def test_preempt_yields_a_wait_on_a_tool(session: Session) -> None:
 
             nursery.start_soon(observe)
             await delegate.until(lambda: len(delegate.invocations) == 1)
-            await trio.testing.wait_all_tasks_blocked()
+            await all_tasks_blocked()
             await session.preempt("1")
         assert outcomes == [
             LiveCell(response=Yielded(cell_id="1", content_items=[InputText(text="b")]))
@@ -376,9 +375,9 @@ async def test_preempt_has_no_effect_on_a_frontier_observer(session: Session) ->
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(observe)
-            await trio.testing.wait_all_tasks_blocked()
+            await all_tasks_blocked()
             await session.preempt("1")
-            await trio.testing.wait_all_tasks_blocked()
+            await all_tasks_blocked()
             assert outcomes == []
             delegate.release.set()
     assert outcomes == [
@@ -426,7 +425,7 @@ async def test_pending_mode_freezes_runtime_commands_until_resume(engine: Engine
             cell = runtime.cell("1")
             assert cell is not None
             delegate.release.set()
-            await trio.testing.wait_all_tasks_blocked()  # the answer is in, and held
+            await all_tasks_blocked()  # the answer is in, and held
             assert cell._frontier.held == 1
             resumed = await runtime.wait_to_pending("1")
             assert resumed == LiveCell(response=pending(["after"], []))

@@ -7,24 +7,29 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from pydantic_ai import Agent, ModelRetry
+from pydantic_ai import Agent, AgentRunResultEvent, ModelRetry
 from pydantic_ai.messages import (
+    FunctionToolCallEvent,
+    FunctionToolResultEvent,
     ModelMessage,
     ModelRequest,
     ModelResponse,
+    PartDeltaEvent,
     TextPart,
+    TextPartDelta,
     ToolCallPart,
     ToolReturnPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.toolsets import FunctionToolset
 
 import codemode.aio
 from codemode.integrations.pydantic_ai import CodeModeToolset
-from tests.asyncio_agents import TWO_TOOLS, run_on_asyncio
+from tests.asyncio_agents import TWO_TOOLS, check_streamed_run, run_on_asyncio
 
 
 def returns(messages: list[ModelMessage]) -> list[str]:
@@ -38,9 +43,12 @@ def returns(messages: list[ModelMessage]) -> list[str]:
     ]
 
 
-def scripted(code: str) -> FunctionModel:
+def scripted(code: str, *, log: list[str] | None = None) -> FunctionModel:
     """A model that runs `code`, waits while it reports a running cell, then answers with what
-    the cells printed."""
+    the cells printed. Streamed (`stream_function`), each tool call comes in three chunks (its
+    name and id, then each half of its JSON arguments) and the answer line by line, and
+    `response streamed` goes to `log` after each response's last chunk (the tests pass the
+    tools' log of their calls, to see what ran when)."""
 
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         assert [tool.name for tool in info.function_tools] == ["exec", "wait"]
@@ -54,7 +62,24 @@ def scripted(code: str) -> FunctionModel:
         findings = [line for text in seen for line in text.splitlines()[3:] if line]
         return ModelResponse(parts=[TextPart("\n".join(findings))])
 
-    return FunctionModel(respond)
+    async def stream(
+        messages: list[ModelMessage], info: AgentInfo
+    ) -> AsyncIterator[str | DeltaToolCalls]:
+        for part in respond(messages, info).parts:
+            if isinstance(part, TextPart):
+                for line in part.content.splitlines(keepends=True):
+                    yield line
+                continue
+            assert isinstance(part, ToolCallPart)
+            arguments = part.args_as_json_str()
+            half = len(arguments) // 2
+            yield {0: DeltaToolCall(name=part.tool_name, tool_call_id=part.tool_call_id)}
+            yield {0: DeltaToolCall(json_args=arguments[:half])}
+            yield {0: DeltaToolCall(json_args=arguments[half:])}
+        if log is not None:
+            log.append("response streamed")
+
+    return FunctionModel(respond, stream_function=stream)
 
 
 class Tools:
@@ -158,3 +183,60 @@ def test_cancelling_the_agent_run_terminates_the_cell_and_cancels_its_tool() -> 
             assert await session.cells() == []
 
     run_on_asyncio(main)
+
+
+def test_a_streamed_run_calls_the_tools_once_each_call_is_complete() -> None:
+    tools = Tools()
+
+    async def main() -> None:
+        async with codemode.aio.open_in_process_provider() as provider:
+            session = await provider.create_session()
+            model = scripted(TWO_TOOLS, log=tools.calls)
+            agent = Agent(model, toolsets=[CodeModeToolset(session, tools.toolset)])
+            async with agent.run_stream("How warm is Lima?") as response:
+                deltas = [
+                    delta async for delta in response.stream_text(delta=True, debounce_by=None)
+                ]
+            assert deltas == ["celsius 19\n", "fahrenheit 66.2"]
+            headers = [text.splitlines()[0] for text in returns(response.all_messages())]
+            assert headers == ["Script running with cell ID 1", "Script completed"]
+
+    run_on_asyncio(main)
+    check_streamed_run(tools.calls)
+
+
+def test_a_run_streaming_its_events_shows_each_exec_and_wait_and_their_results() -> None:
+    tools = Tools()
+
+    async def main() -> None:
+        async with codemode.aio.open_in_process_provider() as provider:
+            session = await provider.create_session()
+            model = scripted(TWO_TOOLS, log=tools.calls)
+            agent = Agent(model, toolsets=[CodeModeToolset(session, tools.toolset)])
+            steps: list[str] = []
+            text: list[str] = []
+            async with agent.run_stream_events("How warm is Lima?") as events:
+                async for event in events:
+                    if isinstance(event, FunctionToolCallEvent):
+                        steps.append(f"call {event.part.tool_name} {event.part.args_as_dict()}")
+                    elif isinstance(event, FunctionToolResultEvent):
+                        lines = str(event.part.content).splitlines()
+                        steps.append(f"result {lines[0]}: {lines[-1]}")
+                    elif isinstance(event, PartDeltaEvent) and isinstance(
+                        event.delta, TextPartDelta
+                    ):
+                        text.append(event.delta.content_delta)
+                    elif isinstance(event, AgentRunResultEvent):
+                        steps.append(f"output {event.result.output!r}")
+            assert steps == [
+                f"call exec {{'code': {TWO_TOOLS!r}}}",
+                "result Script running with cell ID 1: celsius 19",
+                "call wait {'cell_id': '1', 'yield_time_ms': 5000}",
+                "result Script completed: fahrenheit 66.2",
+                "output 'celsius 19\\nfahrenheit 66.2'",
+            ]
+            # The answer's first line starts its text part; the deltas are the rest.
+            assert text == ["fahrenheit 66.2"]
+
+    run_on_asyncio(main)
+    check_streamed_run(tools.calls)

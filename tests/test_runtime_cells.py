@@ -7,7 +7,6 @@ import gc
 
 import pytest
 import trio
-import trio.testing
 from codemode_host.runtime import observation_window_ms
 
 from codemode import (
@@ -30,7 +29,7 @@ from codemode import (
 from codemode.errors import AlreadyTerminatingError, CodeModeError, ObserverBusyError
 from tests.conftest import Provider
 from tests.delegates import RecordingDelegate
-from tests.sessions import LONG_MS, execute, run, texts, tool
+from tests.sessions import LONG_MS, all_tasks_blocked, execute, run, texts, tool
 
 
 def wait_request(cell_id: str = "1", yield_time_ms: int = LONG_MS) -> WaitRequest:
@@ -121,7 +120,7 @@ async def test_dropped_yield_observer_preserves_output_for_the_next_observation(
         )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(started.initial_response)
-            await trio.testing.wait_all_tasks_blocked()
+            await all_tasks_blocked()
             with pytest.raises(ObserverBusyError):
                 await session.wait(wait_request())
             nursery.cancel_scope.cancel()
@@ -448,7 +447,7 @@ async def test_dropping_the_started_cell_frees_the_observer_slot(
         # The notification follows the text: once the delegate has it, the output is buffered.
         await delegate.until(lambda: len(delegate.notifications) == 1)
         # Its `__del__` schedules the release with run_sync_soon: let it run.
-        await trio.testing.wait_all_tasks_blocked()
+        await all_tasks_blocked()
         outcome = await session.wait(wait_request(yield_time_ms=1))
         await session.terminate("1")
     assert texts(outcome) == ["kept"]
