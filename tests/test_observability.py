@@ -44,6 +44,11 @@ SECRET_OUTPUT = "output-77e0"
 SECRET_NOTICE = "notice-d2c5"
 
 
+def attrs(thing: Any) -> dict[str, Any]:
+    """A span's (or a data point's) attributes as a plain dict."""
+    return dict(thing.attributes or {})
+
+
 class _Counting(SpanProcessor):
     """Counts spans started and ended: none may be left open."""
 
@@ -158,7 +163,7 @@ async def test_a_cell_is_a_span_with_its_observations_tool_calls_and_the_applica
     (exec_span,) = traced.children(turn, "code_mode.exec")
     (cell,) = traced.children(exec_span, "code_mode.cell")
     assert cell.context.trace_id == turn.context.trace_id
-    attributes = dict(cell.attributes or {})
+    attributes = attrs(cell)
     assert attributes["codemode.cell.outcome"] == "completed"
     assert attributes["codemode.cell.id"] == first.cell_id
     assert attributes["codemode.cell.tool_calls"] == 2
@@ -171,24 +176,21 @@ async def test_a_cell_is_a_span_with_its_observations_tool_calls_and_the_applica
     assert [event.name for event in cell.events] == ["notify", "yield_control"]
 
     calls = sorted(traced.children(cell, "code_mode.tool_call"), key=lambda s: s.start_time or 0)
-    assert [dict(call.attributes or {})["gen_ai.tool.call.id"] for call in calls] == [
+    assert [attrs(call)["gen_ai.tool.call.id"] for call in calls] == [
         "tool-1",
         "tool-2",
     ]
     for call in calls:
-        assert dict(call.attributes or {})["codemode.tool_call.outcome"] == "ok"
+        assert attrs(call)["codemode.tool_call.outcome"] == "ok"
         assert len(traced.children(call, "app.lookup")) == 1  # the application's own span
     observations = traced.children(cell, "code_mode.observe")
     kinds = sorted(
-        (
-            dict(span.attributes or {})["codemode.observe.kind"],
-            span.attributes["codemode.observe.outcome"],
-        )  # type: ignore[index]
+        (attrs(span)["codemode.observe.kind"], attrs(span)["codemode.observe.outcome"])
         for span in observations
     )
     assert kinds == [("initial_response", "yielded"), ("wait", "completed")]
     (wait_span,) = traced.children(turn, "code_mode.wait")
-    assert dict(wait_span.attributes or {})["codemode.output.status"] == "completed"
+    assert attrs(wait_span)["codemode.output.status"] == "completed"
     if attributes["codemode.provider"] == "in_process":
         # The runtime shares the process: its spans are made from the cell's report.
         (host_cell,) = traced.children(cell, "code_mode.host.cell")
@@ -238,10 +240,10 @@ async def test_source_and_payloads_are_recorded_only_when_asked(
     failed = [
         span
         for span in traced.spans("code_mode.cell")
-        if span.attributes["codemode.cell.outcome"] == "error"  # type: ignore[index]
+        if attrs(span)["codemode.cell.outcome"] == "error"
     ]
     assert len(failed) == 1
-    assert dict(failed[0].attributes or {})["error.type"] == "Error"
+    assert attrs(failed[0])["error.type"] == "Error"
 
 
 def test_recorded_text_is_cut_to_the_configured_size() -> None:
@@ -293,8 +295,8 @@ async def test_every_ending_closes_the_cell_span_with_its_outcome(
             await session.shutdown()
     outcomes = sorted(
         (
-            dict(span.attributes or {})["codemode.cell.outcome"],
-            dict(span.attributes or {}).get("error.type"),
+            attrs(span)["codemode.cell.outcome"],
+            attrs(span).get("error.type"),
         )
         for span in traced.spans("code_mode.cell")
     )
@@ -320,20 +322,21 @@ async def test_a_lost_host_ends_its_cells_spans_as_host_lost(traced: Traced) -> 
                 observe_initial=False,
             )
             (host,) = provider.statistics().hosts
+            assert host.pid is not None
             os.kill(host.pid, signal.SIGKILL)
             await delegate.until(lambda: started.cell_id in delegate.closed)
     (cell,) = traced.spans("code_mode.cell")
-    assert dict(cell.attributes or {})["codemode.cell.outcome"] == "host_lost"
+    assert attrs(cell)["codemode.cell.outcome"] == "host_lost"
     assert traced.counting.started == traced.counting.ended
 
 
 def _sum(traced: Traced, name: str, **labels: str) -> float:
-    points = [
-        point
-        for point in traced.metric_points(name)
-        if all(dict(point.attributes).get(key) == value for key, value in labels.items())
-    ]
-    return sum(getattr(point, "value", None) or getattr(point, "count", 0) for point in points)
+    total = 0.0
+    for point in traced.metric_points(name):
+        if all(attrs(point).get(key) == value for key, value in labels.items()):
+            value: Any = getattr(point, "value", None) or getattr(point, "count", 0)
+            total += float(value)
+    return total
 
 
 async def test_metrics_count_a_scripted_workload_exactly(traced: Traced) -> None:
