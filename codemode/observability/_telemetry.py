@@ -7,7 +7,6 @@ an SDK sets them), `lookup()` returns None and a cell costs one call here and no
 
 from __future__ import annotations
 
-import importlib.metadata
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -45,6 +44,8 @@ SCOPE = "codemode"
 
 
 def _version() -> str:
+    import importlib.metadata  # not at import: it loads the email package (and socket)
+
     try:
         return importlib.metadata.version("codemode")
     except importlib.metadata.PackageNotFoundError:  # pragma: no cover - a source tree
