@@ -1610,34 +1610,8 @@ static JSValue image_helpers(cell_t *c)
     return JS_DupValue(ctx, helpers);
 }
 
-/* Captures the builtins this code calls (rule 1), before any cell code runs. */
-static bool capture_builtins(cell_t *c)
-{
-    JSContext *ctx = c->ctx;
-    JSValue global = JS_GetGlobalObject(ctx);
-    JSValue reflect = JS_GetPropertyStr(ctx, global, "Reflect");
-    JSValue array = JS_GetPropertyStr(ctx, global, "Array");
-    JSValue string = JS_NewString(ctx, ""); /* a string primitive reads String.prototype's */
-    c->builtin[BUILTIN_APPLY] = JS_GetPropertyStr(ctx, reflect, "apply");
-    c->builtin[BUILTIN_IS_ARRAY] = JS_GetPropertyStr(ctx, array, "isArray");
-    c->builtin[BUILTIN_TRIM] = JS_GetPropertyStr(ctx, string, "trim");
-    c->builtin[BUILTIN_TRIM_END] = JS_GetPropertyStr(ctx, string, "trimEnd");
-    c->builtin[BUILTIN_TO_LOWER_CASE] = JS_GetPropertyStr(ctx, string, "toLowerCase");
-    c->builtin[BUILTIN_SLICE] = JS_GetPropertyStr(ctx, string, "slice");
-    c->builtin[BUILTIN_ERROR] = JS_GetPropertyStr(ctx, global, "Error");
-    c->builtin[BUILTIN_TYPE_ERROR] = JS_GetPropertyStr(ctx, global, "TypeError");
-    JS_FreeValue(ctx, string);
-    JS_FreeValue(ctx, array);
-    JS_FreeValue(ctx, reflect);
-    JS_FreeValue(ctx, global);
-    for (int i = 0; i < BUILTIN_COUNT; i++)
-        if (JS_IsException(c->builtin[i]))
-            return false;
-    return true;
-}
-
-/* Preparing a runtime (rule 9): prelude.js's faces made, CallSite's getFunction replaced, the
-   builtins captured. False with an exception pending if it failed. */
+/* Preparing a runtime (rule 9): prelude.js's faces made and the builtins captured (rule 1),
+   CallSite's getFunction replaced. False with an exception pending if it failed. */
 static bool prepare_globals(cell_t *c)
 {
     JSContext *ctx = c->ctx;
@@ -1657,10 +1631,15 @@ static bool prepare_globals(cell_t *c)
     JS_FreeValue(ctx, prepare);
     if (JS_IsException(shells))
         return false;
+    /* The faces, then the builtins (rule 1). */
     bool ok = true;
-    for (uint32_t i = 0; i < SHELL_COUNT && ok; i++) {
-        c->shell[i] = JS_GetPropertyUint32(ctx, shells, i);
-        ok = JS_IsFunction(ctx, c->shell[i]);
+    for (uint32_t i = 0; i < SHELL_COUNT + BUILTIN_COUNT && ok; i++) {
+        JSValue fn = JS_GetPropertyUint32(ctx, shells, i);
+        ok = JS_IsFunction(ctx, fn);
+        if (i < SHELL_COUNT)
+            c->shell[i] = fn;
+        else
+            c->builtin[i - SHELL_COUNT] = fn;
     }
     JS_FreeValue(ctx, shells);
     if (!ok) {
@@ -1672,7 +1651,7 @@ static bool prepare_globals(cell_t *c)
                                    JS_DupValue(ctx, c->shell[SHELL_GET_FUNCTION]),
                                    JS_PROP_WRITABLE | JS_PROP_CONFIGURABLE) >= 0;
     JS_FreeValue(ctx, call_site);
-    return ok && capture_builtins(c);
+    return ok;
 }
 
 /* Defines a global, as an assignment would (writable, enumerable, configurable). */
@@ -2004,27 +1983,79 @@ static int compare_names(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* Deletes every string-named global the allowlist does not hold (`InternalError`,
-   `queueMicrotask`, `SharedArrayBuffer` and `Atomics` in QuickJS-ng 0.17, and whatever a later
-   version adds). Done here rather than in the prelude: in JavaScript it took 12 % of a trivial
-   cell's instructions on its worker, here under 2 %. False with an exception pending if it
-   failed. */
-static bool remove_disallowed_globals(JSContext *ctx)
+/* The string-named globals of a fresh context that the allowlist does not hold
+   (`InternalError`, `queueMicrotask`, `SharedArrayBuffer` and `Atomics` in QuickJS-ng 0.17, and
+   whatever a later version adds): found once per process (find_disallowed_globals), in a
+   scratch context with the intrinsics every cell gets, and deleted by name in each cell.
+   Listing a cell's globals and looking each one up took 3 % of a trivial cell's instructions
+   in the engine. Set under the GIL, before any engine runs. */
+static char **disallowed_globals;
+static int disallowed_count = -1;
+
+static bool add_cell_intrinsics(JSContext *ctx)
 {
-    JSValue global = JS_GetGlobalObject(ctx);
+    return !(JS_AddIntrinsicBaseObjects(ctx) || JS_AddIntrinsicDate(ctx) ||
+             JS_AddIntrinsicEval(ctx) || JS_AddIntrinsicRegExp(ctx) || JS_AddIntrinsicJSON(ctx) ||
+             JS_AddIntrinsicProxy(ctx) || JS_AddIntrinsicMapSet(ctx) ||
+             JS_AddIntrinsicTypedArrays(ctx) || JS_AddIntrinsicPromise(ctx) ||
+             JS_AddIntrinsicWeakRef(ctx));
+}
+
+/* Fills disallowed_globals, once; false with a Python exception set if it failed. */
+static bool find_disallowed_globals(void)
+{
+    if (disallowed_count >= 0)
+        return true;
+    JSRuntime *rt = JS_NewRuntime();
+    JSContext *ctx = rt ? JS_NewContextRaw(rt) : NULL;
     JSPropertyEnum *names = NULL;
     uint32_t count = 0;
-    bool ok = JS_GetOwnPropertyNames(ctx, &names, &count, global, JS_GPN_STRING_MASK) == 0;
+    bool ok = ctx && add_cell_intrinsics(ctx);
+    JSValue global = ok ? JS_GetGlobalObject(ctx) : JS_UNDEFINED;
+    ok = ok && JS_GetOwnPropertyNames(ctx, &names, &count, global, JS_GPN_STRING_MASK) == 0;
+    char **found = ok ? calloc(count ? count : 1, sizeof(char *)) : NULL;
+    int n = 0;
+    ok = found != NULL;
     for (uint32_t i = 0; ok && i < count; i++) {
         const char *name = JS_AtomToCString(ctx, names[i].atom);
         ok = name != NULL;
         if (ok && !bsearch(&name, allowed_globals, sizeof(allowed_globals) / sizeof(char *),
                            sizeof(char *), compare_names))
-            ok = JS_DeleteProperty(ctx, global, names[i].atom, 0) >= 0;
+            ok = (found[n++] = strdup(name)) != NULL;
         JS_FreeCString(ctx, name);
     }
     if (names)
         JS_FreePropertyEnum(ctx, names, count);
+    if (ctx) {
+        JS_FreeValue(ctx, global);
+        JS_FreeContext(ctx);
+    }
+    if (rt)
+        JS_FreeRuntime(rt);
+    if (!ok) {
+        for (int i = 0; found && i < n; i++)
+            free(found[i]);
+        free(found);
+        PyErr_NoMemory();
+        return false;
+    }
+    disallowed_globals = found;
+    disallowed_count = n;
+    return true;
+}
+
+/* Deletes the disallowed globals from a cell's context; false with an exception pending if it
+   failed. */
+static bool remove_disallowed_globals(JSContext *ctx)
+{
+    JSValue global = JS_GetGlobalObject(ctx);
+    bool ok = true;
+    for (int i = 0; ok && i < disallowed_count; i++) {
+        JSAtom atom = JS_NewAtom(ctx, disallowed_globals[i]);
+        ok = atom != JS_ATOM_NULL && JS_DeleteProperty(ctx, global, atom, 0) >= 0;
+        if (atom != JS_ATOM_NULL)
+            JS_FreeAtom(ctx, atom);
+    }
     JS_FreeValue(ctx, global);
     return ok;
 }
@@ -2036,11 +2067,7 @@ static JSContext *new_cell_context(JSRuntime *rt)
     JSContext *ctx = JS_NewContextRaw(rt);
     if (!ctx)
         return NULL;
-    if (JS_AddIntrinsicBaseObjects(ctx) || JS_AddIntrinsicDate(ctx) || JS_AddIntrinsicEval(ctx) ||
-        JS_AddIntrinsicRegExp(ctx) || JS_AddIntrinsicJSON(ctx) || JS_AddIntrinsicProxy(ctx) ||
-        JS_AddIntrinsicMapSet(ctx) || JS_AddIntrinsicTypedArrays(ctx) ||
-        JS_AddIntrinsicPromise(ctx) || JS_AddIntrinsicWeakRef(ctx) ||
-        !remove_disallowed_globals(ctx)) {
+    if (!add_cell_intrinsics(ctx) || !remove_disallowed_globals(ctx)) {
         JS_FreeContext(ctx);
         return NULL;
     }
@@ -2583,7 +2610,8 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds)
         if (e->prelude)
             e->images = compile_prelude(images.buf, (size_t)images.len, "<prelude-images>",
                                         &e->images_len);
-        if (e->images && !(e->call_site_class = find_call_site_class())) {
+        if (e->images &&
+            (!find_disallowed_globals() || !(e->call_site_class = find_call_site_class()))) {
             free(e->images);
             e->images = NULL;
         }
