@@ -1610,8 +1610,34 @@ static JSValue image_helpers(cell_t *c)
     return JS_DupValue(ctx, helpers);
 }
 
-/* Preparing a runtime (rule 9): prelude.js's faces made and the builtins captured (rule 1),
-   CallSite's getFunction replaced. False with an exception pending if it failed. */
+/* Captures the builtins this code calls (rule 1), before any cell code runs. */
+static bool capture_builtins(cell_t *c)
+{
+    JSContext *ctx = c->ctx;
+    JSValue global = JS_GetGlobalObject(ctx);
+    JSValue reflect = JS_GetPropertyStr(ctx, global, "Reflect");
+    JSValue array = JS_GetPropertyStr(ctx, global, "Array");
+    JSValue string = JS_NewString(ctx, ""); /* a string primitive reads String.prototype's */
+    c->builtin[BUILTIN_APPLY] = JS_GetPropertyStr(ctx, reflect, "apply");
+    c->builtin[BUILTIN_IS_ARRAY] = JS_GetPropertyStr(ctx, array, "isArray");
+    c->builtin[BUILTIN_TRIM] = JS_GetPropertyStr(ctx, string, "trim");
+    c->builtin[BUILTIN_TRIM_END] = JS_GetPropertyStr(ctx, string, "trimEnd");
+    c->builtin[BUILTIN_TO_LOWER_CASE] = JS_GetPropertyStr(ctx, string, "toLowerCase");
+    c->builtin[BUILTIN_SLICE] = JS_GetPropertyStr(ctx, string, "slice");
+    c->builtin[BUILTIN_ERROR] = JS_GetPropertyStr(ctx, global, "Error");
+    c->builtin[BUILTIN_TYPE_ERROR] = JS_GetPropertyStr(ctx, global, "TypeError");
+    JS_FreeValue(ctx, string);
+    JS_FreeValue(ctx, array);
+    JS_FreeValue(ctx, reflect);
+    JS_FreeValue(ctx, global);
+    for (int i = 0; i < BUILTIN_COUNT; i++)
+        if (JS_IsException(c->builtin[i]))
+            return false;
+    return true;
+}
+
+/* Preparing a runtime (rule 9): prelude.js's faces made, CallSite's getFunction replaced, the
+   builtins captured (rule 1). False with an exception pending if it failed. */
 static bool prepare_globals(cell_t *c)
 {
     JSContext *ctx = c->ctx;
@@ -1631,15 +1657,10 @@ static bool prepare_globals(cell_t *c)
     JS_FreeValue(ctx, prepare);
     if (JS_IsException(shells))
         return false;
-    /* The faces, then the builtins (rule 1). */
     bool ok = true;
-    for (uint32_t i = 0; i < SHELL_COUNT + BUILTIN_COUNT && ok; i++) {
-        JSValue fn = JS_GetPropertyUint32(ctx, shells, i);
-        ok = JS_IsFunction(ctx, fn);
-        if (i < SHELL_COUNT)
-            c->shell[i] = fn;
-        else
-            c->builtin[i - SHELL_COUNT] = fn;
+    for (uint32_t i = 0; i < SHELL_COUNT && ok; i++) {
+        c->shell[i] = JS_GetPropertyUint32(ctx, shells, i);
+        ok = JS_IsFunction(ctx, c->shell[i]);
     }
     JS_FreeValue(ctx, shells);
     if (!ok) {
@@ -1651,7 +1672,7 @@ static bool prepare_globals(cell_t *c)
                                    JS_DupValue(ctx, c->shell[SHELL_GET_FUNCTION]),
                                    JS_PROP_WRITABLE | JS_PROP_CONFIGURABLE) >= 0;
     JS_FreeValue(ctx, call_site);
-    return ok;
+    return ok && capture_builtins(c);
 }
 
 /* Defines a global, as an assignment would (writable, enumerable, configurable). */

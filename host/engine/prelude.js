@@ -10,8 +10,7 @@
  * The binding compiles this script once per engine and reads it into each runtime it
  * prepares, ahead of any cell (engine rule 9). The script yields a function that the binding
  * calls with its native hook and its `outputText`, and that returns the faces, in the order of
- * the binding's `enum shell`, then the builtins the binding captures; the binding makes the
- * faces globals when the cell starts. Each face
+ * the binding's `enum shell`; the binding makes them globals when the cell starts. Each face
  * passes its arguments to the hook with the number of what it does (the binding's
  * `enum hook`).
  *
@@ -68,16 +67,5 @@
     // (tests/test_sandbox_surface.py). V8 returns undefined for strict-mode frames, and every
     // frame of a cell is strict (module code) or ours, so the binding puts this in its place.
     { getFunction() { return undefined; } }.getFunction,
-    // The builtins the binding calls, captured before any cell code runs (the binding's
-    // `enum builtin`): read here, by atoms the script already holds, they cost a tenth of a
-    // lookup by name from C.
-    Reflect.apply,
-    Array.isArray,
-    "".trim,
-    "".trimEnd,
-    "".toLowerCase,
-    "".slice,
-    Error,
-    TypeError,
   ];
 });
