@@ -36,16 +36,17 @@
  *    of text and images published and not yet taken by Python: past it `text()` and `image()`
  *    throw a catchable Error, and nothing is published).
  * 9. Prepared cells: a preparer thread creates runtimes ahead of use, each with its context and
- *    the prelude evaluated, up to `prepared_target`; `start_cell` takes one if there is one, so
+ *    the prelude read, up to `prepared_target`; `start_cell` takes one if there is one, so
  *    the runtime's creation is off the cell's critical path. The preparer runs under
  *    SCHED_IDLE: it uses only CPU nobody else wants, never delaying a worker or the host's
  *    Python (under full load the pool stays empty and cells create their runtimes, as without
  *    it). A prepared runtime
  *    belongs to the cell_t it was made for (its allocator, interrupt handler and runtime opaque
  *    point at it), so a prepared cell is a cell_t without a key yet. Preparing makes the
- *    context (disallowed globals removed) and runs the prelude's preparer (helpers defined);
- *    nothing cell-specific happens before the runtime is taken: at the cell's start its limits
- *    are applied and the prelude's configurer runs with its configuration. A preparation that
+ *    context (disallowed globals removed) and the cell's globals' faces (prelude.js, read from
+ *    its bytecode), and captures the builtins they call; nothing cell-specific happens before
+ *    the runtime is taken: at the cell's start its limits are applied and its configuration
+ *    defines the globals (configure_globals). A preparation that
  *    fails (the heap budget is used up) stops the refill until the next cell starts.
  * 10. Memory goes back to the system: once no cell is live and cells have freed TRIM_AFTER bytes
  *    of heap since the last time, an idle worker calls malloc_trim (glibc keeps freed memory in
@@ -288,7 +289,7 @@ struct engine {
     atomic_size_t heap_total;
     size_t heap_budget;
 
-    /* prelude.js compiled once per engine; each cell reads the bytecode instead of parsing. */
+    /* prelude.js (the globals' faces) compiled once per engine; each cell reads the bytecode. */
     uint8_t *prelude;
     size_t prelude_len;
     /* The class of QuickJS-ng's CallSite objects, whose getFunction each cell replaces. */
