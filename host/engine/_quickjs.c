@@ -1116,11 +1116,11 @@ static JSValue json_text(cell_t *c, JSValueConst value)
 static JSValue output_text(cell_t *c, JSValueConst value)
 {
     JSContext *ctx = c->ctx;
+    if (JS_IsString(value)) /* a flat string or a rope (a long concatenation) */
+        return JS_DupValue(ctx, value);
     switch (JS_VALUE_GET_NORM_TAG(value)) {
     case JS_TAG_UNDEFINED:
         return JS_NewString(ctx, "undefined");
-    case JS_TAG_STRING:
-        return JS_DupValue(ctx, value);
     case JS_TAG_INT:
     case JS_TAG_FLOAT64:
     case JS_TAG_BIG_INT:
