@@ -152,6 +152,13 @@ async def test_text_uses_only_its_first_argument_and_returns_undefined(engine: E
     assert run.texts == ["a", "true"]
 
 
+async def test_text_of_a_long_concatenation_is_the_string_itself(engine: Engine) -> None:
+    # QuickJS-ng keeps a long concatenation as a rope, a string all the same.
+    run = await run_cell(engine, 'const s = "x".repeat(5000); text(s + "1"); notify(s + "2")')
+    assert run.texts == ["x" * 5000 + "1"]
+    assert run.notifications == ["x" * 5000 + "2"]
+
+
 async def test_text_of_a_circular_value_fails_with_v8_wording(engine: Engine) -> None:
     run = await run_cell(engine, "const a = {}; a.self = a; text(a)")
     assert run.finished.outcome is Outcome.ERROR

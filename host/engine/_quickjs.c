@@ -36,16 +36,17 @@
  *    of text and images published and not yet taken by Python: past it `text()` and `image()`
  *    throw a catchable Error, and nothing is published).
  * 9. Prepared cells: a preparer thread creates runtimes ahead of use, each with its context and
- *    the prelude evaluated, up to `prepared_target`; `start_cell` takes one if there is one, so
+ *    the prelude read, up to `prepared_target`; `start_cell` takes one if there is one, so
  *    the runtime's creation is off the cell's critical path. The preparer runs under
  *    SCHED_IDLE: it uses only CPU nobody else wants, never delaying a worker or the host's
  *    Python (under full load the pool stays empty and cells create their runtimes, as without
  *    it). A prepared runtime
  *    belongs to the cell_t it was made for (its allocator, interrupt handler and runtime opaque
  *    point at it), so a prepared cell is a cell_t without a key yet. Preparing makes the
- *    context (disallowed globals removed) and runs the prelude's preparer (helpers defined);
- *    nothing cell-specific happens before the runtime is taken: at the cell's start its limits
- *    are applied and the prelude's configurer runs with its configuration. A preparation that
+ *    context (disallowed globals removed) and the cell's globals' faces (prelude.js, read from
+ *    its bytecode), and captures the builtins they call; nothing cell-specific happens before
+ *    the runtime is taken: at the cell's start its limits are applied and its configuration
+ *    defines the globals (configure_globals). A preparation that
  *    fails (the heap budget is used up) stops the refill until the next cell starts.
  * 10. Memory goes back to the system: once no cell is live and cells have freed TRIM_AFTER bytes
  *    of heap since the last time, an idle worker calls malloc_trim (glibc keeps freed memory in
@@ -87,6 +88,7 @@
 
 #include <errno.h>
 #include <malloc.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -172,6 +174,36 @@ typedef struct heap_block {
 
 typedef struct engine engine_t;
 
+/* The faces prelude.js yields, in its order. */
+enum shell {
+    SHELL_TEXT,
+    SHELL_IMAGE,
+    SHELL_GENERATED_IMAGE,
+    SHELL_NOTIFY,
+    SHELL_YIELD_CONTROL,
+    SHELL_EXIT,
+    SHELL_SET_TIMEOUT,
+    SHELL_CLEAR_TIMEOUT,
+    SHELL_STORE,
+    SHELL_LOAD,
+    SHELL_NESTED_TOOL,
+    SHELL_GET_FUNCTION,
+    SHELL_COUNT,
+};
+
+/* The builtins the cell's globals call, captured before cell code runs. */
+enum builtin {
+    BUILTIN_APPLY,
+    BUILTIN_IS_ARRAY,
+    BUILTIN_TRIM,
+    BUILTIN_TRIM_END,
+    BUILTIN_TO_LOWER_CASE,
+    BUILTIN_SLICE,
+    BUILTIN_ERROR,
+    BUILTIN_TYPE_ERROR,
+    BUILTIN_COUNT,
+};
+
 typedef struct cell {
     atomic_int refs;
     engine_t *engine;
@@ -194,8 +226,17 @@ typedef struct cell {
     JSRuntime *rt;
     JSContext *ctx;
     JSValue module_promise;
-    JSValue dispatch;
-    JSValue configure; /* the prelude's configurer, made ahead of use (rule 9) */
+    /* The cell's globals (section "The cell's globals"): made ahead of use (rule 9). */
+    JSValue shell[SHELL_COUNT]; /* prelude.js's faces */
+    JSValue builtin[BUILTIN_COUNT];
+    bool globals_failed; /* preparing them threw: the exception is reported by start_cell */
+    JSValue stored; /* key -> JSON text (only with store_load) */
+    int64_t stored_limit, stored_size;
+    JSValue timers; /* id -> callback */
+    int64_t timer_count, pending_timers;
+    JSValue calls; /* id -> [resolve, reject] of a pending tool call */
+    int64_t call_count;
+    JSValue images; /* prelude_images.js's helpers, once a cell called one */
     struct cell *prepared_next;
     bool finished;
     bool exit_requested;
@@ -248,9 +289,11 @@ struct engine {
     atomic_size_t heap_total;
     size_t heap_budget;
 
-    /* prelude.js compiled once per engine; each cell reads the bytecode instead of parsing. */
+    /* prelude.js (the globals' faces) compiled once per engine; each cell reads the bytecode. */
     uint8_t *prelude;
     size_t prelude_len;
+    /* The class of QuickJS-ng's CallSite objects, whose getFunction each cell replaces. */
+    JSClassID call_site_class;
     /* prelude_images.js, compiled likewise; read only by a cell that shows an image. */
     uint8_t *images;
     size_t images_len;
@@ -669,131 +712,6 @@ static JSModuleDef *never_load(JSContext *ctx, const char *name, void *opaque)
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* Native hooks the prelude closes over (never reachable from cell code)                   */
-
-enum hook {
-    HOOK_TEXT,
-    HOOK_IMAGE,
-    HOOK_NOTIFY,
-    HOOK_TOOL_CALL,
-    HOOK_STORE,
-    HOOK_YIELD,
-    HOOK_TIMER_SET,
-    HOOK_TIMER_CLEAR,
-    HOOK_EXIT,
-    HOOK_LOAD_IMAGES,
-};
-
-/* Bytes an output item counts for, as the runtime counts them (`_observer.item_bytes`). */
-#define OUTPUT_ITEM_OVERHEAD 64
-
-/* Reserves room for an item of `len` bytes under the pending output limit (rule 8). */
-static bool take_output_room(cell_t *c, size_t len)
-{
-    long long item = (long long)len + OUTPUT_ITEM_OVERHEAD;
-    long long now = atomic_fetch_add(&c->output_bytes, item);
-    if (c->output_limit && now + item > c->output_limit) {
-        atomic_fetch_sub(&c->output_bytes, item);
-        return false;
-    }
-    return true;
-}
-
-static JSValue throw_output_limit(JSContext *ctx, cell_t *c)
-{
-    return JS_ThrowPlainError(ctx, OUTPUT_LIMIT_TEXT, (long long)c->output_limit);
-}
-
-/* Runs one of the engine's compiled prelude scripts (compile_prelude) in `ctx`: the value it
-   yields, a function. */
-static JSValue run_prelude_script(JSContext *ctx, const uint8_t *bytecode, size_t len)
-{
-    JSValue fn = JS_ReadObject(ctx, bytecode, len, JS_READ_OBJ_BYTECODE);
-    return JS_IsException(fn) ? fn : JS_EvalFunction(ctx, fn);
-}
-
-static JSValue native_hook(JSContext *ctx, JSValueConst this_val, int argc, JSValueConst *argv,
-                           int magic)
-{
-    (void)this_val;
-    cell_t *c = JS_GetRuntimeOpaque(JS_GetRuntime(ctx));
-    JSValueConst arg0 = argc > 0 ? argv[0] : JS_UNDEFINED;
-    JSValueConst arg1 = argc > 1 ? argv[1] : JS_UNDEFINED;
-    JSValueConst arg2 = argc > 2 ? argv[2] : JS_UNDEFINED;
-    char *a = NULL, *b = NULL;
-    size_t alen = 0, blen = 0;
-    int64_t n1 = 0, n2 = 0;
-
-    switch (magic) {
-    case HOOK_TEXT:
-    case HOOK_NOTIFY:
-        if (!(a = to_utf8(ctx, arg0, &alen)))
-            return JS_EXCEPTION;
-        if (magic == HOOK_TEXT && !take_output_room(c, alen)) {
-            free(a);
-            return throw_output_limit(ctx, c);
-        }
-        publish(c, magic == HOOK_TEXT ? EV_TEXT : EV_NOTIFY, 0, 0, a, alen, NULL, 0);
-        break;
-    case HOOK_IMAGE:
-        if (!(a = to_utf8(ctx, arg0, &alen)))
-            return JS_EXCEPTION;
-        if (!(b = to_utf8(ctx, arg1, &blen))) {
-            free(a);
-            return JS_EXCEPTION;
-        }
-        if (!take_output_room(c, alen)) {
-            free(a);
-            free(b);
-            return throw_output_limit(ctx, c);
-        }
-        publish(c, EV_IMAGE, 0, 0, a, alen, b, blen);
-        break;
-    case HOOK_TOOL_CALL:
-        if (JS_ToInt64(ctx, &n1, arg0) || JS_ToInt64(ctx, &n2, arg1))
-            return JS_EXCEPTION;
-        if (!JS_IsUndefined(arg2) && !(a = to_json_utf8(ctx, arg2, &alen)))
-            return JS_EXCEPTION;
-        publish(c, EV_TOOL_CALL, n1, n2, a, alen, NULL, 0);
-        break;
-    case HOOK_STORE:
-        if (!(a = to_utf8(ctx, arg0, &alen)))
-            return JS_EXCEPTION;
-        if (!(b = to_json_utf8(ctx, arg1, &blen))) {
-            free(a);
-            return JS_EXCEPTION;
-        }
-        publish(c, EV_STORE, 0, 0, a, alen, b, blen);
-        break;
-    case HOOK_YIELD:
-        publish(c, EV_YIELD, 0, 0, NULL, 0, NULL, 0);
-        break;
-    case HOOK_TIMER_SET:
-        if (JS_ToInt64(ctx, &n1, arg0) || JS_ToInt64(ctx, &n2, arg1))
-            return JS_EXCEPTION;
-        publish(c, EV_TIMER_SET, n1, n2, NULL, 0, NULL, 0);
-        break;
-    case HOOK_TIMER_CLEAR:
-        if (JS_ToInt64(ctx, &n1, arg0))
-            return JS_EXCEPTION;
-        publish(c, EV_TIMER_CLEAR, n1, 0, NULL, 0, NULL, 0);
-        break;
-    case HOOK_EXIT:
-        c->exit_requested = true;
-        break;
-    case HOOK_LOAD_IMAGES:
-        /* prelude_images.js's factory: the prelude calls it with its kit, once per cell. */
-        return run_prelude_script(ctx, c->engine->images, c->engine->images_len);
-    }
-    return JS_UNDEFINED;
-}
-
-static const char *const hook_names[] = {
-    "text", "image", "notify", "toolCall", "store", "yieldControl", "timerSet", "timerClear",
-    "exit", "loadImages",
-};
-
-/* ---------------------------------------------------------------------------------------- */
 /* Finishing a cell                                                                         */
 
 static char *concat3(const char *a, size_t alen, const char *sep, const char *b, size_t blen,
@@ -978,6 +896,1012 @@ static void settle(cell_t *c)
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* The cell's globals                                                                       */
+
+/* A cell's globals are the faces prelude.js yields (JavaScript, for the sandbox surface they
+   show) over the native work below: what they convert, check, publish and keep. The faces
+   call one native hook with the number of what they do (`enum hook`). Their state (stored
+   values, timers, pending tool calls) lives in the cell's runtime, held by its cell_t: cell
+   code can neither reach nor replace it. All of this was prelude.js's own JavaScript, which
+   each cell read and ran (a fifth of a trivial cell's instructions in the engine). Its rules
+   hold:
+   1. The builtins used here are the engine's own C functions, or captured before cell code
+      ran (`enum builtin`), never looked up again in the cell's globals.
+   2. Validation errors are thrown as plain strings with the reference's exact texts
+      (design.md, runtime 3.3).
+   3. Values leave as JSON text and come back through JSON parsing: every load and every tool
+      result is a fresh copy. A tool result that is a string comes as its text, parsing nothing
+      (a string has no identity to share, and a large one was most of a tool call's cost). */
+
+enum hook {
+    HOOK_TEXT,
+    HOOK_IMAGE,
+    HOOK_GENERATED_IMAGE,
+    HOOK_NOTIFY,
+    HOOK_YIELD,
+    HOOK_EXIT,
+    HOOK_TIMER_SET,
+    HOOK_TIMER_CLEAR,
+    HOOK_STORE,
+    HOOK_LOAD,
+    HOOK_TOOL_CALL,
+};
+
+/* The functions of prelude_images.js's kit that are ours (the others are captured builtins). */
+enum kit_function { KIT_STRINGIFY, KIT_PARSE_JSON, KIT_DEBUG_QUOTE, KIT_IMAGE, KIT_TEXT };
+
+/* Each pending timer is a task on the host: a cell may not hold an unbounded number of them. */
+#define MAX_PENDING_TIMERS 10000
+#define UNCONVERTIBLE_TEXT "[value that cannot be converted to a string]"
+
+/* Bytes an output item counts for, as the runtime counts them (`_observer.item_bytes`). */
+#define OUTPUT_ITEM_OVERHEAD 64
+
+/* Reserves room for an item of `len` bytes under the pending output limit (rule 8). */
+static bool take_output_room(cell_t *c, size_t len)
+{
+    long long item = (long long)len + OUTPUT_ITEM_OVERHEAD;
+    long long now = atomic_fetch_add(&c->output_bytes, item);
+    if (c->output_limit && now + item > c->output_limit) {
+        atomic_fetch_sub(&c->output_bytes, item);
+        return false;
+    }
+    return true;
+}
+
+static JSValue throw_output_limit(JSContext *ctx, cell_t *c)
+{
+    return JS_ThrowPlainError(ctx, OUTPUT_LIMIT_TEXT, (long long)c->output_limit);
+}
+
+/* Runs one of the engine's compiled prelude scripts (compile_prelude) in `ctx`: the value it
+   yields, a function. */
+static JSValue run_prelude_script(JSContext *ctx, const uint8_t *bytecode, size_t len)
+{
+    JSValue fn = JS_ReadObject(ctx, bytecode, len, JS_READ_OBJ_BYTECODE);
+    return JS_IsException(fn) ? fn : JS_EvalFunction(ctx, fn);
+}
+
+/* Throws a string value (rule 2); takes ownership of `text`, which may be an exception. */
+static JSValue throw_string(JSContext *ctx, JSValue text)
+{
+    return JS_IsException(text) ? text : JS_Throw(ctx, text);
+}
+
+static JSValue throw_text(JSContext *ctx, const char *text)
+{
+    return throw_string(ctx, JS_NewString(ctx, text));
+}
+
+/* The texts of `a`, `v` and `b` joined (on error paths only: it converts through UTF-8). */
+static JSValue join_text(JSContext *ctx, const char *a, JSValueConst v, const char *b)
+{
+    size_t vlen;
+    const char *vs = JS_ToCStringLen(ctx, &vlen, v);
+    if (!vs)
+        return JS_EXCEPTION;
+    size_t alen = strlen(a), blen = strlen(b);
+    char *out = malloc(alen + vlen + blen + 1);
+    JSValue s;
+    if (out) {
+        memcpy(out, a, alen);
+        memcpy(out + alen, vs, vlen);
+        memcpy(out + alen + vlen, b, blen);
+        s = JS_NewStringLen(ctx, out, alen + vlen + blen);
+        free(out);
+    } else {
+        s = JS_ThrowOutOfMemory(ctx);
+    }
+    JS_FreeCString(ctx, vs);
+    return s;
+}
+
+/* `head` + newline + `frames`, or `head` alone when `frames` is empty; takes ownership of
+   both strings (either may be an exception). */
+static JSValue with_frames(JSContext *ctx, JSValue head, JSValue frames)
+{
+    int64_t n = 0;
+    JSValue text = head;
+    if (JS_IsException(frames)) {
+        JS_FreeValue(ctx, head);
+        return frames;
+    }
+    if (!JS_IsException(head) && JS_GetLength(ctx, frames, &n) == 0 && n > 0) {
+        JSValue line = join_text(ctx, "", head, "\n");
+        const char *l = JS_IsException(line) ? NULL : JS_ToCString(ctx, line);
+        text = l ? join_text(ctx, l, frames, "") : JS_EXCEPTION;
+        JS_FreeCString(ctx, l);
+        JS_FreeValue(ctx, line);
+        JS_FreeValue(ctx, head);
+    }
+    JS_FreeValue(ctx, frames);
+    return text;
+}
+
+/* `${value}`, else String(value) (the cell's own String, as the prelude called it), else a
+   placeholder: the text of any value, never throwing (but for lack of memory). */
+static JSValue safe_string(JSContext *ctx, JSValueConst value)
+{
+    JSValue s = JS_ToString(ctx, value);
+    if (!JS_IsException(s))
+        return s;
+    JS_FreeValue(ctx, JS_GetException(ctx));
+    JSValue global = JS_GetGlobalObject(ctx);
+    JSValue ctor = JS_GetPropertyStr(ctx, global, "String");
+    JS_FreeValue(ctx, global);
+    s = JS_IsException(ctor) ? ctor : JS_Call(ctx, ctor, JS_UNDEFINED, 1, &value);
+    JS_FreeValue(ctx, ctor);
+    if (!JS_IsException(s))
+        return s;
+    JS_FreeValue(ctx, JS_GetException(ctx));
+    return JS_NewString(ctx, UNCONVERTIBLE_TEXT);
+}
+
+/* The text of a thrown value, as the reference builds it (design.md, runtime 3.14). QuickJS
+   stacks hold only the frame lines, so an Error's text is `String(e)` followed by its frames,
+   as in V8; another object with a string stack gives that stack. */
+static JSValue thrown_text(cell_t *c, JSValueConst thrown)
+{
+    JSContext *ctx = c->ctx;
+    if (!JS_IsObject(thrown))
+        return safe_string(ctx, thrown);
+    JSValue stack = JS_GetPropertyStr(ctx, thrown, "stack");
+    if (JS_IsException(stack)) {
+        JS_FreeValue(ctx, JS_GetException(ctx));
+        stack = JS_UNDEFINED;
+    }
+    if (!JS_IsString(stack)) {
+        JS_FreeValue(ctx, stack);
+        return safe_string(ctx, thrown);
+    }
+    int is_error = JS_IsInstanceOf(ctx, thrown, c->builtin[BUILTIN_ERROR]);
+    if (is_error <= 0) {
+        if (is_error == 0)
+            return stack;
+        JS_FreeValue(ctx, stack);
+        return JS_EXCEPTION;
+    }
+    JSValue frames = JS_Call(ctx, c->builtin[BUILTIN_TRIM_END], stack, 0, NULL);
+    JS_FreeValue(ctx, stack);
+    if (JS_IsException(frames))
+        return frames;
+    return with_frames(ctx, safe_string(ctx, thrown), frames);
+}
+
+/* JSON.stringify(value), which throws its failure as a plain string: a string, or undefined
+   for a value JSON has no text for. QuickJS reports a cycle as "circular reference"; the
+   reference's text (and its tests) use V8's wording. */
+static JSValue json_text(cell_t *c, JSValueConst value)
+{
+    JSContext *ctx = c->ctx;
+    JSValue json = JS_JSONStringify(ctx, value, JS_UNDEFINED, JS_UNDEFINED);
+    if (!JS_IsException(json))
+        return json;
+    JSValue error = JS_GetException(ctx);
+    JSValue text;
+    int is_type_error = JS_IsInstanceOf(ctx, error, c->builtin[BUILTIN_TYPE_ERROR]);
+    if (is_type_error < 0) {
+        text = JS_EXCEPTION;
+    } else {
+        bool circular = false;
+        if (is_type_error) {
+            JSValue message = JS_GetPropertyStr(ctx, error, "message");
+            if (JS_IsException(message)) {
+                JS_FreeValue(ctx, error);
+                return message;
+            }
+            const char *m = JS_IsString(message) ? JS_ToCString(ctx, message) : NULL;
+            circular = m && strcmp(m, "circular reference") == 0;
+            JS_FreeCString(ctx, m);
+            JS_FreeValue(ctx, message);
+        }
+        if (circular) {
+            JSValue stack = JS_GetPropertyStr(ctx, error, "stack");
+            JSValue frames = JS_IsException(stack) ? stack : JS_NewString(ctx, "");
+            if (JS_IsString(stack)) {
+                JS_FreeValue(ctx, frames);
+                frames = JS_Call(ctx, c->builtin[BUILTIN_TRIM_END], stack, 0, NULL);
+            }
+            JS_FreeValue(ctx, stack);
+            text = with_frames(
+                ctx, JS_NewString(ctx, "TypeError: Converting circular structure to JSON"), frames);
+        } else {
+            text = thrown_text(c, error);
+        }
+    }
+    JS_FreeValue(ctx, error);
+    return throw_string(ctx, text);
+}
+
+/* Section 3.4: how text() and notify() turn a value into text. */
+static JSValue output_text(cell_t *c, JSValueConst value)
+{
+    JSContext *ctx = c->ctx;
+    if (JS_IsString(value)) /* a flat string or a rope (a long concatenation) */
+        return JS_DupValue(ctx, value);
+    switch (JS_VALUE_GET_NORM_TAG(value)) {
+    case JS_TAG_UNDEFINED:
+        return JS_NewString(ctx, "undefined");
+    case JS_TAG_INT:
+    case JS_TAG_FLOAT64:
+    case JS_TAG_BIG_INT:
+    case JS_TAG_SHORT_BIG_INT:
+        return safe_string(ctx, value);
+    case JS_TAG_BOOL:
+        return JS_NewString(ctx, JS_VALUE_GET_BOOL(value) ? "true" : "false");
+    case JS_TAG_NULL:
+        return JS_NewString(ctx, "null");
+    }
+    JSValue json = json_text(c, value);
+    if (JS_IsException(json) || JS_IsString(json))
+        return json;
+    JSValue global = JS_GetGlobalObject(ctx);
+    JSValue ctor = JS_GetPropertyStr(ctx, global, "String");
+    JS_FreeValue(ctx, global);
+    JSValue s = JS_IsException(ctor) ? ctor : JS_Call(ctx, ctor, JS_UNDEFINED, 1, &value);
+    JS_FreeValue(ctx, ctor);
+    if (!JS_IsException(s))
+        return s;
+    JSValue error = JS_GetException(ctx);
+    JSValue text = thrown_text(c, error);
+    JS_FreeValue(ctx, error);
+    return throw_string(ctx, text);
+}
+
+/* A key as Rust's `{:?}` prints a string: the reference quotes store keys that way. */
+static JSValue debug_quote(JSContext *ctx, JSValueConst key)
+{
+    size_t n;
+    const char *s = JS_ToCStringLen(ctx, &n, key);
+    if (!s)
+        return JS_EXCEPTION;
+    char *out = malloc(n * 8 + 3); /* \u{7f} is the longest escape, of one byte */
+    if (!out) {
+        JS_FreeCString(ctx, s);
+        return JS_ThrowOutOfMemory(ctx);
+    }
+    size_t k = 0;
+    out[k++] = '"';
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '"' || ch == '\\') {
+            out[k++] = '\\';
+            out[k++] = (char)ch;
+        } else if (ch == '\n') {
+            memcpy(out + k, "\\n", 2), k += 2;
+        } else if (ch == '\r') {
+            memcpy(out + k, "\\r", 2), k += 2;
+        } else if (ch == '\t') {
+            memcpy(out + k, "\\t", 2), k += 2;
+        } else if (ch == 0) {
+            memcpy(out + k, "\\0", 2), k += 2;
+        } else if (ch < 0x20 || ch == 0x7f) {
+            k += (size_t)sprintf(out + k, "\\u{%x}", ch);
+        } else {
+            out[k++] = (char)ch;
+        }
+    }
+    out[k++] = '"';
+    JSValue quoted = JS_NewStringLen(ctx, out, k);
+    free(out);
+    JS_FreeCString(ctx, s);
+    return quoted;
+}
+
+/* `${key}`, or the helper's error text if that throws. */
+static JSValue key_text(JSContext *ctx, JSValueConst key, const char *helper)
+{
+    JSValue name = JS_ToString(ctx, key);
+    if (!JS_IsException(name))
+        return name;
+    JS_FreeValue(ctx, JS_GetException(ctx));
+    char text[64];
+    snprintf(text, sizeof text, "%s key must be a string", helper);
+    return throw_text(ctx, text);
+}
+
+/* A string's length in UTF-16 code units, the unit of the stored values' limit. */
+static int64_t text_length(JSContext *ctx, JSValueConst s)
+{
+    int64_t n = 0;
+    JS_GetLength(ctx, s, &n);
+    return n;
+}
+
+/* The own value of `obj[key]`, or undefined (JS_UNDEFINED also when absent). */
+static JSValue own_value(JSContext *ctx, JSValueConst obj, JSAtom key, bool *found)
+{
+    JSPropertyDescriptor desc;
+    int r = JS_GetOwnProperty(ctx, &desc, obj, key);
+    *found = r > 0;
+    if (r <= 0)
+        return r < 0 ? JS_EXCEPTION : JS_UNDEFINED;
+    JS_FreeValue(ctx, desc.getter);
+    JS_FreeValue(ctx, desc.setter);
+    return desc.value;
+}
+
+/* A null-prototype object held by the cell (its stored values, timers, calls), made on first
+   use; false with an exception pending if memory ran out. */
+static bool held_table(JSContext *ctx, JSValue *table)
+{
+    if (JS_IsUndefined(*table))
+        *table = JS_NewObjectProto(ctx, JS_NULL);
+    return !JS_IsException(*table);
+}
+
+static JSValue store_value(cell_t *c, JSValueConst key, JSValueConst value)
+{
+    JSContext *ctx = c->ctx;
+    JSValue name = key_text(ctx, key, "store");
+    if (JS_IsException(name))
+        return name;
+    JSValue json = json_text(c, value);
+    JSValue result = JS_EXCEPTION;
+    JSAtom atom = JS_ATOM_NULL;
+    if (JS_IsException(json))
+        goto done;
+    if (!JS_IsString(json)) {
+        JSValue quoted = debug_quote(ctx, name);
+        if (!JS_IsException(quoted))
+            throw_string(ctx, join_text(ctx, "Unable to store ", quoted,
+                                        ". Only plain serializable objects can be stored."));
+        JS_FreeValue(ctx, quoted);
+        goto done;
+    }
+    if (!held_table(ctx, &c->stored) || (atom = JS_ValueToAtom(ctx, name)) == JS_ATOM_NULL)
+        goto done;
+    bool found;
+    JSValue previous_json = own_value(ctx, c->stored, atom, &found);
+    if (JS_IsException(previous_json))
+        goto done;
+    int64_t name_len = text_length(ctx, name);
+    int64_t previous = found ? name_len + text_length(ctx, previous_json) : 0;
+    JS_FreeValue(ctx, previous_json);
+    int64_t size = c->stored_size - previous + name_len + text_length(ctx, json);
+    if (c->stored_limit && size > c->stored_limit) {
+        JSValue quoted = debug_quote(ctx, name);
+        if (!JS_IsException(quoted)) {
+            char limit[96];
+            snprintf(limit, sizeof limit,
+                     ". The session's stored values would exceed their limit of %lld bytes.",
+                     (long long)c->stored_limit);
+            throw_string(ctx, join_text(ctx, "Unable to store ", quoted, limit));
+        }
+        JS_FreeValue(ctx, quoted);
+        goto done;
+    }
+    if (JS_DefinePropertyValue(ctx, c->stored, atom, JS_DupValue(ctx, json), JS_PROP_C_W_E) < 0)
+        goto done;
+    c->stored_size = size;
+    size_t alen, blen;
+    char *a = to_utf8(ctx, name, &alen);
+    char *b = a ? to_json_utf8(ctx, json, &blen) : NULL;
+    if (!b) {
+        free(a);
+        goto done;
+    }
+    publish(c, EV_STORE, 0, 0, a, alen, b, blen);
+    result = JS_UNDEFINED;
+done:
+    if (atom != JS_ATOM_NULL)
+        JS_FreeAtom(ctx, atom);
+    JS_FreeValue(ctx, json);
+    JS_FreeValue(ctx, name);
+    return result;
+}
+
+static JSValue load_value(cell_t *c, JSValueConst key)
+{
+    JSContext *ctx = c->ctx;
+    JSValue name = key_text(ctx, key, "load");
+    if (JS_IsException(name))
+        return name;
+    if (JS_IsUndefined(c->stored)) {
+        JS_FreeValue(ctx, name);
+        return JS_UNDEFINED;
+    }
+    JSAtom atom = JS_ValueToAtom(ctx, name);
+    JS_FreeValue(ctx, name);
+    if (atom == JS_ATOM_NULL)
+        return JS_EXCEPTION;
+    bool found;
+    JSValue json = own_value(ctx, c->stored, atom, &found);
+    JS_FreeAtom(ctx, atom);
+    if (JS_IsException(json) || !found)
+        return json;
+    size_t n;
+    const char *s = JS_ToCStringLen(ctx, &n, json);
+    JS_FreeValue(ctx, json);
+    JSValue value = s ? JS_ParseJSON(ctx, s, n, "<input>") : JS_EXCEPTION;
+    JS_FreeCString(ctx, s);
+    if (!JS_IsException(value))
+        return value;
+    JS_FreeValue(ctx, JS_GetException(ctx));
+    return throw_text(ctx, "failed to load stored value");
+}
+
+static JSValue set_timeout(cell_t *c, JSValueConst callback, JSValueConst delay_ms)
+{
+    JSContext *ctx = c->ctx;
+    if (!JS_IsFunction(ctx, callback))
+        return throw_text(ctx, "setTimeout expects a function callback");
+    double delay;
+    if (JS_ToFloat64(ctx, &delay, delay_ms))
+        return JS_EXCEPTION;
+    delay = !isfinite(delay) || delay <= 0 ? 0 : trunc(delay);
+    if (c->pending_timers >= MAX_PENDING_TIMERS) {
+        char text[96];
+        snprintf(text, sizeof text, "setTimeout: too many pending timers (the limit is %d)",
+                 MAX_PENDING_TIMERS);
+        return throw_text(ctx, text);
+    }
+    if (!held_table(ctx, &c->timers))
+        return JS_EXCEPTION;
+    int64_t id = c->timer_count + 1;
+    if (JS_SetPropertyInt64(ctx, c->timers, id, JS_DupValue(ctx, callback)) < 0)
+        return JS_EXCEPTION;
+    c->timer_count = id;
+    c->pending_timers++;
+    int64_t n2 = 0;
+    JSValue d = JS_NewFloat64(ctx, delay);
+    JS_ToInt64(ctx, &n2, d);
+    publish(c, EV_TIMER_SET, id, n2, NULL, 0, NULL, 0);
+    return JS_NewInt64(ctx, id);
+}
+
+static JSValue clear_timeout(cell_t *c, JSValueConst id)
+{
+    JSContext *ctx = c->ctx;
+    if (JS_IsUndefined(id) || JS_IsNull(id))
+        return JS_UNDEFINED;
+    double number;
+    if (JS_ToFloat64(ctx, &number, id)) {
+        JS_FreeValue(ctx, JS_GetException(ctx));
+        return throw_text(ctx, "clearTimeout expects a numeric timeout id");
+    }
+    if (!isfinite(number) || number <= 0)
+        return JS_UNDEFINED;
+    number = trunc(number);
+    /* Ids run from 1 to timer_count: nothing else was ever set. */
+    if (JS_IsUndefined(c->timers) || number > (double)c->timer_count || number > UINT32_MAX)
+        return JS_UNDEFINED;
+    JSAtom atom = JS_NewAtomUInt32(ctx, (uint32_t)number);
+    if (atom == JS_ATOM_NULL)
+        return JS_EXCEPTION;
+    int has = JS_HasProperty(ctx, c->timers, atom);
+    if (has > 0 && JS_DeleteProperty(ctx, c->timers, atom, 0) >= 0) {
+        c->pending_timers--;
+        publish(c, EV_TIMER_CLEAR, (int64_t)number, 0, NULL, 0, NULL, 0);
+    }
+    JS_FreeAtom(ctx, atom);
+    return has < 0 ? JS_EXCEPTION : JS_UNDEFINED;
+}
+
+/* A call of `tools.<name>`: its input's JSON text goes to the host, and the promise returned
+   is settled by settle_tool_call. */
+static JSValue call_tool(cell_t *c, JSValueConst index, JSValueConst args)
+{
+    JSContext *ctx = c->ctx;
+    int64_t count = 0, tool = 0;
+    if (JS_GetLength(ctx, args, &count) < 0 || JS_ToInt64(ctx, &tool, index))
+        return JS_EXCEPTION;
+    JSValue input = JS_UNDEFINED;
+    if (count > 0) {
+        JSValue first = JS_GetPropertyUint32(ctx, args, 0);
+        if (JS_IsException(first))
+            return first;
+        input = json_text(c, first);
+        JS_FreeValue(ctx, first);
+        if (JS_IsException(input))
+            return input;
+    }
+    char *a = NULL;
+    size_t alen = 0;
+    if (!JS_IsUndefined(input) && !(a = to_json_utf8(ctx, input, &alen))) {
+        JS_FreeValue(ctx, input);
+        return JS_EXCEPTION;
+    }
+    JS_FreeValue(ctx, input);
+    JSValue settle[2];
+    JSValue promise = JS_NewPromiseCapability(ctx, settle);
+    if (JS_IsException(promise) || !held_table(ctx, &c->calls)) {
+        free(a);
+        if (!JS_IsException(promise)) {
+            JS_FreeValue(ctx, settle[0]);
+            JS_FreeValue(ctx, settle[1]);
+        }
+        JS_FreeValue(ctx, promise);
+        return JS_EXCEPTION;
+    }
+    int64_t id = c->call_count + 1;
+    if (JS_SetPropertyInt64(ctx, c->calls, id, JS_NewArrayFrom(ctx, 2, settle)) < 0) {
+        free(a);
+        JS_FreeValue(ctx, promise);
+        return JS_EXCEPTION;
+    }
+    c->call_count = id;
+    publish(c, EV_TOOL_CALL, id, tool, a, alen, NULL, 0);
+    return promise;
+}
+
+/* prelude_images.js's {image, generatedImage}, read on a cell's first call of one. */
+static JSValue image_helpers(cell_t *c);
+
+/* The hook every face of prelude.js calls: hook(what, ...arguments). */
+static JSValue cell_hook(JSContext *ctx, JSValueConst this_val, int argc, JSValueConst *argv)
+{
+    (void)this_val;
+    cell_t *c = JS_GetRuntimeOpaque(JS_GetRuntime(ctx));
+    JSValueConst arg[4];
+    for (int i = 0; i < 4; i++)
+        arg[i] = i + 1 < argc ? argv[i + 1] : JS_UNDEFINED;
+    int32_t what = -1;
+    if (argc > 0)
+        JS_ToInt32(ctx, &what, argv[0]);
+    char *a = NULL;
+    size_t alen = 0;
+
+    switch (what) {
+    case HOOK_TEXT:
+        if (!(a = to_utf8(ctx, arg[0], &alen)))
+            return JS_EXCEPTION;
+        if (!take_output_room(c, alen)) {
+            free(a);
+            return throw_output_limit(ctx, c);
+        }
+        publish(c, EV_TEXT, 0, 0, a, alen, NULL, 0);
+        return JS_UNDEFINED;
+    case HOOK_NOTIFY: {
+        JSValue message = output_text(c, arg[0]);
+        if (JS_IsException(message))
+            return message;
+        JSValue trimmed = JS_Call(ctx, c->builtin[BUILTIN_TRIM], message, 0, NULL);
+        int64_t n = 1;
+        if (JS_IsException(trimmed) || JS_GetLength(ctx, trimmed, &n) < 0) {
+            JS_FreeValue(ctx, message);
+            return JS_EXCEPTION;
+        }
+        JS_FreeValue(ctx, trimmed);
+        a = n == 0 ? NULL : to_utf8(ctx, message, &alen);
+        JS_FreeValue(ctx, message);
+        if (n == 0)
+            return throw_text(ctx, "notify expects non-empty text");
+        if (!a)
+            return JS_EXCEPTION;
+        publish(c, EV_NOTIFY, 0, 0, a, alen, NULL, 0);
+        return JS_UNDEFINED;
+    }
+    case HOOK_IMAGE:
+    case HOOK_GENERATED_IMAGE: {
+        JSValue helpers = image_helpers(c);
+        if (JS_IsException(helpers))
+            return helpers;
+        bool image = what == HOOK_IMAGE;
+        JSValue fn = JS_GetPropertyStr(ctx, helpers, image ? "image" : "generatedImage");
+        JS_FreeValue(ctx, helpers);
+        if (JS_IsException(fn))
+            return fn;
+        JSValue r = JS_Call(ctx, fn, JS_UNDEFINED, image ? 3 : 1, arg);
+        JS_FreeValue(ctx, fn);
+        return r;
+    }
+    case HOOK_YIELD:
+        publish(c, EV_YIELD, 0, 0, NULL, 0, NULL, 0);
+        return JS_UNDEFINED;
+    case HOOK_EXIT:
+        c->exit_requested = true;
+        return throw_text(ctx, EXIT_SENTINEL);
+    case HOOK_TIMER_SET:
+        return set_timeout(c, arg[0], arg[1]);
+    case HOOK_TIMER_CLEAR:
+        return clear_timeout(c, arg[0]);
+    case HOOK_STORE:
+        return store_value(c, arg[0], arg[1]);
+    case HOOK_LOAD:
+        return load_value(c, arg[0]);
+    case HOOK_TOOL_CALL:
+        return call_tool(c, arg[0], arg[1]);
+    }
+    return JS_UNDEFINED;
+}
+
+/* `outputText` of prelude.js: a native function of that name (prelude.js, rule 2). */
+static JSValue cell_output_text(JSContext *ctx, JSValueConst this_val, int argc,
+                                JSValueConst *argv)
+{
+    (void)this_val;
+    cell_t *c = JS_GetRuntimeOpaque(JS_GetRuntime(ctx));
+    return output_text(c, argc > 0 ? argv[0] : JS_UNDEFINED);
+}
+
+/* The kit's own functions (prelude_images.js reads them from its kit). */
+static JSValue kit_function(JSContext *ctx, JSValueConst this_val, int argc, JSValueConst *argv,
+                            int magic)
+{
+    (void)this_val;
+    cell_t *c = JS_GetRuntimeOpaque(JS_GetRuntime(ctx));
+    JSValueConst arg0 = argc > 0 ? argv[0] : JS_UNDEFINED;
+    JSValueConst arg1 = argc > 1 ? argv[1] : JS_UNDEFINED;
+    char *a = NULL, *b = NULL;
+    size_t alen = 0, blen = 0;
+    switch (magic) {
+    case KIT_STRINGIFY:
+        return JS_JSONStringify(ctx, arg0, JS_UNDEFINED, JS_UNDEFINED);
+    case KIT_PARSE_JSON: {
+        size_t n;
+        const char *s = JS_ToCStringLen(ctx, &n, arg0);
+        if (!s)
+            return JS_EXCEPTION;
+        JSValue value = JS_ParseJSON(ctx, s, n, "<input>");
+        JS_FreeCString(ctx, s);
+        return value;
+    }
+    case KIT_DEBUG_QUOTE:
+        return debug_quote(ctx, arg0);
+    case KIT_IMAGE:
+        if (!(a = to_utf8(ctx, arg0, &alen)))
+            return JS_EXCEPTION;
+        if (!(b = to_utf8(ctx, arg1, &blen))) {
+            free(a);
+            return JS_EXCEPTION;
+        }
+        if (!take_output_room(c, alen)) {
+            free(a);
+            free(b);
+            return throw_output_limit(ctx, c);
+        }
+        publish(c, EV_IMAGE, 0, 0, a, alen, b, blen);
+        return JS_UNDEFINED;
+    case KIT_TEXT:
+        if (!(a = to_utf8(ctx, arg0, &alen)))
+            return JS_EXCEPTION;
+        if (!take_output_room(c, alen)) {
+            free(a);
+            return throw_output_limit(ctx, c);
+        }
+        publish(c, EV_TEXT, 0, 0, a, alen, NULL, 0);
+        return JS_UNDEFINED;
+    }
+    return JS_UNDEFINED;
+}
+
+/* Defines `name` on obj as a kit function (or a captured builtin when fn is given). */
+static bool kit_entry(JSContext *ctx, JSValueConst obj, const char *name, int magic, int length,
+                      JSValueConst builtin)
+{
+    JSValue fn = JS_IsUndefined(builtin)
+                     ? JS_NewCFunctionMagic(ctx, kit_function, name, length,
+                                            JS_CFUNC_generic_magic, magic)
+                     : JS_DupValue(ctx, builtin);
+    return !JS_IsException(fn) && JS_DefinePropertyValueStr(ctx, obj, name, fn, JS_PROP_C_W_E) >= 0;
+}
+
+static JSValue image_helpers(cell_t *c)
+{
+    JSContext *ctx = c->ctx;
+    if (!JS_IsUndefined(c->images))
+        return JS_DupValue(ctx, c->images);
+    /* The kit prelude_images.js takes: builtins as they were before cell code ran. */
+    JSValue kit = JS_NewObjectProto(ctx, JS_NULL);
+    JSValue native = JS_NewObjectProto(ctx, JS_NULL);
+    bool ok = !JS_IsException(kit) && !JS_IsException(native) &&
+              kit_entry(ctx, kit, "apply", 0, 0, c->builtin[BUILTIN_APPLY]) &&
+              kit_entry(ctx, kit, "stringify", KIT_STRINGIFY, 1, JS_UNDEFINED) &&
+              kit_entry(ctx, kit, "parseJson", KIT_PARSE_JSON, 1, JS_UNDEFINED) &&
+              kit_entry(ctx, kit, "isArray", 0, 0, c->builtin[BUILTIN_IS_ARRAY]) &&
+              kit_entry(ctx, kit, "toLowerCase", 0, 0, c->builtin[BUILTIN_TO_LOWER_CASE]) &&
+              kit_entry(ctx, kit, "sliceString", 0, 0, c->builtin[BUILTIN_SLICE]) &&
+              kit_entry(ctx, kit, "debugQuote", KIT_DEBUG_QUOTE, 1, JS_UNDEFINED) &&
+              kit_entry(ctx, native, "image", KIT_IMAGE, 2, JS_UNDEFINED) &&
+              kit_entry(ctx, native, "text", KIT_TEXT, 1, JS_UNDEFINED) &&
+              JS_DefinePropertyValueStr(ctx, kit, "native", JS_DupValue(ctx, native),
+                                        JS_PROP_C_W_E) >= 0;
+    JS_FreeValue(ctx, native);
+    if (!ok) {
+        JS_FreeValue(ctx, kit);
+        return JS_EXCEPTION;
+    }
+    JSValue make = run_prelude_script(ctx, c->engine->images, c->engine->images_len);
+    JSValue helpers = JS_IsException(make) ? make : JS_Call(ctx, make, JS_UNDEFINED, 1, &kit);
+    JS_FreeValue(ctx, make);
+    JS_FreeValue(ctx, kit);
+    if (JS_IsException(helpers))
+        return helpers;
+    c->images = helpers;
+    return JS_DupValue(ctx, helpers);
+}
+
+/* Captures the builtins this code calls (rule 1), before any cell code runs. */
+static bool capture_builtins(cell_t *c)
+{
+    JSContext *ctx = c->ctx;
+    JSValue global = JS_GetGlobalObject(ctx);
+    JSValue reflect = JS_GetPropertyStr(ctx, global, "Reflect");
+    JSValue array = JS_GetPropertyStr(ctx, global, "Array");
+    JSValue string = JS_NewString(ctx, ""); /* a string primitive reads String.prototype's */
+    c->builtin[BUILTIN_APPLY] = JS_GetPropertyStr(ctx, reflect, "apply");
+    c->builtin[BUILTIN_IS_ARRAY] = JS_GetPropertyStr(ctx, array, "isArray");
+    c->builtin[BUILTIN_TRIM] = JS_GetPropertyStr(ctx, string, "trim");
+    c->builtin[BUILTIN_TRIM_END] = JS_GetPropertyStr(ctx, string, "trimEnd");
+    c->builtin[BUILTIN_TO_LOWER_CASE] = JS_GetPropertyStr(ctx, string, "toLowerCase");
+    c->builtin[BUILTIN_SLICE] = JS_GetPropertyStr(ctx, string, "slice");
+    c->builtin[BUILTIN_ERROR] = JS_GetPropertyStr(ctx, global, "Error");
+    c->builtin[BUILTIN_TYPE_ERROR] = JS_GetPropertyStr(ctx, global, "TypeError");
+    JS_FreeValue(ctx, string);
+    JS_FreeValue(ctx, array);
+    JS_FreeValue(ctx, reflect);
+    JS_FreeValue(ctx, global);
+    for (int i = 0; i < BUILTIN_COUNT; i++)
+        if (JS_IsException(c->builtin[i]))
+            return false;
+    return true;
+}
+
+/* Preparing a runtime (rule 9): prelude.js's faces made, CallSite's getFunction replaced, the
+   builtins captured (rule 1). False with an exception pending if it failed. */
+static bool prepare_globals(cell_t *c)
+{
+    JSContext *ctx = c->ctx;
+    engine_t *e = c->engine;
+    JSValue prepare = run_prelude_script(ctx, e->prelude, e->prelude_len);
+    if (JS_IsException(prepare))
+        return false;
+    JSValue natives[2] = {
+        JS_NewCFunction(ctx, cell_hook, "native", 5),
+        JS_NewCFunction(ctx, cell_output_text, "outputText", 1),
+    };
+    JSValue shells = JS_IsException(natives[0]) || JS_IsException(natives[1])
+                         ? JS_EXCEPTION
+                         : JS_Call(ctx, prepare, JS_UNDEFINED, 2, (JSValueConst *)natives);
+    JS_FreeValue(ctx, natives[0]);
+    JS_FreeValue(ctx, natives[1]);
+    JS_FreeValue(ctx, prepare);
+    if (JS_IsException(shells))
+        return false;
+    bool ok = true;
+    for (uint32_t i = 0; i < SHELL_COUNT && ok; i++) {
+        c->shell[i] = JS_GetPropertyUint32(ctx, shells, i);
+        ok = JS_IsFunction(ctx, c->shell[i]);
+    }
+    JS_FreeValue(ctx, shells);
+    if (!ok) {
+        JS_ThrowInternalError(ctx, "prelude.js yields too few functions");
+        return false;
+    }
+    JSValue call_site = JS_GetClassProto(ctx, e->call_site_class);
+    ok = JS_DefinePropertyValueStr(ctx, call_site, "getFunction",
+                                   JS_DupValue(ctx, c->shell[SHELL_GET_FUNCTION]),
+                                   JS_PROP_WRITABLE | JS_PROP_CONFIGURABLE) >= 0;
+    JS_FreeValue(ctx, call_site);
+    return ok && capture_builtins(c);
+}
+
+/* Defines a global, as an assignment would (writable, enumerable, configurable). */
+static bool define_global(JSContext *ctx, JSValueConst global, const char *name, JSValue value)
+{
+    return JS_DefinePropertyValueStr(ctx, global, name, value, JS_PROP_C_W_E) >= 0;
+}
+
+/* `tools` and `ALL_TOOLS` of the cell's configured tools ([{name, description}]). */
+static bool make_tools(cell_t *c, JSValueConst list, JSValue *tools, JSValue *all)
+{
+    JSContext *ctx = c->ctx;
+    int64_t count = 0;
+    *tools = JS_NewObject(ctx);
+    *all = JS_NewArray(ctx);
+    if (JS_IsException(*tools) || JS_IsException(*all) || JS_GetLength(ctx, list, &count) < 0)
+        return false;
+    for (int64_t i = 0; i < count; i++) {
+        JSValue entry = JS_GetPropertyInt64(ctx, list, i);
+        JSValue name = JS_GetPropertyStr(ctx, entry, "name");
+        JSValue description = JS_GetPropertyStr(ctx, entry, "description");
+        JS_FreeValue(ctx, entry);
+        JSValue index = JS_NewInt64(ctx, i);
+        JSValue fn = JS_Call(ctx, c->shell[SHELL_NESTED_TOOL], JS_UNDEFINED, 1, &index);
+        JSAtom atom = JS_IsException(fn) ? JS_ATOM_NULL : JS_ValueToAtom(ctx, name);
+        /* Defined, not assigned: `tools.__proto__ = f` would replace the object's prototype (a
+           tool may be called `__proto__`) instead of adding a property. */
+        bool ok = atom != JS_ATOM_NULL &&
+                  JS_DefinePropertyValue(ctx, *tools, atom, fn, JS_PROP_C_W_E) >= 0;
+        if (atom != JS_ATOM_NULL)
+            JS_FreeAtom(ctx, atom);
+        else
+            JS_FreeValue(ctx, fn);
+        JSValue item = ok ? JS_NewObject(ctx) : JS_EXCEPTION;
+        ok = !JS_IsException(item) &&
+             JS_DefinePropertyValueStr(ctx, item, "name", JS_DupValue(ctx, name),
+                                       JS_PROP_C_W_E) >= 0 &&
+             JS_DefinePropertyValueStr(ctx, item, "description", JS_DupValue(ctx, description),
+                                       JS_PROP_C_W_E) >= 0 &&
+             JS_DefinePropertyValueUint32(ctx, *all, (uint32_t)i, JS_DupValue(ctx, item), JS_PROP_C_W_E) >= 0;
+        JS_FreeValue(ctx, item);
+        JS_FreeValue(ctx, name);
+        JS_FreeValue(ctx, description);
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+/* The stored values' size, in characters of keys and JSON texts (UTF-16 code units: bytes for
+   ASCII): this cell sees the values as of its start plus its own writes, and that is what it
+   counts against the session's limit. */
+static bool count_stored(cell_t *c)
+{
+    JSContext *ctx = c->ctx;
+    JSPropertyEnum *names = NULL;
+    uint32_t count = 0;
+    if (JS_GetOwnPropertyNames(ctx, &names, &count, c->stored, JS_GPN_STRING_MASK) < 0)
+        return false;
+    bool ok = true;
+    for (uint32_t i = 0; i < count && ok; i++) {
+        JSValue key = JS_AtomToString(ctx, names[i].atom);
+        JSValue json = JS_GetProperty(ctx, c->stored, names[i].atom);
+        ok = !JS_IsException(key) && !JS_IsException(json);
+        if (ok)
+            c->stored_size += text_length(ctx, key) + text_length(ctx, json);
+        JS_FreeValue(ctx, key);
+        JS_FreeValue(ctx, json);
+    }
+    JS_FreePropertyEnum(ctx, names, count);
+    return ok;
+}
+
+/* The cell's own part, when it starts: its configuration ({tools: [{name, description}],
+   stored: {key: "<JSON text>"}, store_load: bool, stored_limit: number}) and the globals it
+   makes (`store` and `load` only with store_load). False with an exception pending. */
+static bool configure_globals(cell_t *c, const char *json, size_t len)
+{
+    JSContext *ctx = c->ctx;
+    JSValue config = JS_ParseJSON(ctx, json, len, "<config>");
+    if (JS_IsException(config))
+        return false;
+    JSValue limit = JS_GetPropertyStr(ctx, config, "stored_limit");
+    JSValue store_load = JS_GetPropertyStr(ctx, config, "store_load");
+    JSValue list = JS_GetPropertyStr(ctx, config, "tools");
+    int with_store = JS_ToBool(ctx, store_load);
+    bool ok = !JS_IsException(list) && with_store >= 0 &&
+              JS_ToInt64(ctx, &c->stored_limit, limit) == 0;
+    if (ok && with_store) {
+        c->stored = JS_GetPropertyStr(ctx, config, "stored");
+        ok = JS_IsObject(c->stored) && (!c->stored_limit || count_stored(c));
+    }
+    JSValue tools = JS_UNDEFINED, all = JS_UNDEFINED;
+    ok = ok && make_tools(c, list, &tools, &all);
+    JS_FreeValue(ctx, list);
+    JS_FreeValue(ctx, store_load);
+    JS_FreeValue(ctx, limit);
+    JS_FreeValue(ctx, config);
+    if (!ok) {
+        JS_FreeValue(ctx, tools);
+        JS_FreeValue(ctx, all);
+        return false;
+    }
+    JSValue global = JS_GetGlobalObject(ctx);
+    ok = define_global(ctx, global, "tools", tools) && define_global(ctx, global, "ALL_TOOLS", all);
+    static const struct {
+        const char *name;
+        int shell;
+    } faces[] = {
+        {"clearTimeout", SHELL_CLEAR_TIMEOUT},
+        {"setTimeout", SHELL_SET_TIMEOUT},
+        {"text", SHELL_TEXT},
+        {"image", SHELL_IMAGE},
+        {"generatedImage", SHELL_GENERATED_IMAGE},
+        {"notify", SHELL_NOTIFY},
+        {"yield_control", SHELL_YIELD_CONTROL},
+        {"exit", SHELL_EXIT},
+        {"store", SHELL_STORE},
+        {"load", SHELL_LOAD},
+    };
+    /* A session without stored values (reference StoreLoadMode) has no store/load at all. */
+    int count = with_store ? 10 : 8;
+    for (int i = 0; i < count && ok; i++)
+        ok = define_global(ctx, global, faces[i].name, JS_DupValue(ctx, c->shell[faces[i].shell]));
+    JS_FreeValue(ctx, global);
+    return ok;
+}
+
+/* Settles tool call `tool-<id>`: rejects it with an error text (SETTLE_REJECT), resolves it
+   with the value of a JSON text (SETTLE_JSON) or with a text itself (SETTLE_TEXT, rule 3).
+   False with an exception pending, which fails the cell. */
+static bool settle_tool_call(cell_t *c, command_t *cmd)
+{
+    JSContext *ctx = c->ctx;
+    bool found = false;
+    JSAtom atom = JS_IsUndefined(c->calls) || cmd->id < 1 || cmd->id > UINT32_MAX
+                      ? JS_ATOM_NULL
+                      : JS_NewAtomUInt32(ctx, (uint32_t)cmd->id);
+    JSValue pair = atom == JS_ATOM_NULL ? JS_UNDEFINED : own_value(ctx, c->calls, atom, &found);
+    if (found)
+        JS_DeleteProperty(ctx, c->calls, atom, 0);
+    if (atom != JS_ATOM_NULL)
+        JS_FreeAtom(ctx, atom);
+    if (JS_IsException(pair))
+        return false;
+    if (!found) {
+        char text[64];
+        snprintf(text, sizeof text, "unknown tool call `tool-%lld`", (long long)cmd->id);
+        throw_text(ctx, text);
+        return false;
+    }
+    JSValue value;
+    if (cmd->settle == SETTLE_JSON)
+        value = JS_ParseJSON(ctx, cmd->data, cmd->len, "<input>");
+    else
+        value = JS_NewStringLen(ctx, cmd->data, cmd->len);
+    JSValue fn = JS_IsException(value)
+                     ? JS_EXCEPTION
+                     : JS_GetPropertyUint32(ctx, pair, cmd->settle == SETTLE_REJECT ? 1 : 0);
+    JSValue r = JS_IsException(fn) ? JS_EXCEPTION
+                                   : JS_Call(ctx, fn, JS_UNDEFINED, 1, (JSValueConst *)&value);
+    JS_FreeValue(ctx, fn);
+    JS_FreeValue(ctx, value);
+    JS_FreeValue(ctx, pair);
+    if (JS_IsException(r))
+        return false;
+    JS_FreeValue(ctx, r);
+    return true;
+}
+
+/* Fires timer `id` (if it is still set): its callback runs, and what it throws fails the cell
+   (design.md, runtime 3.11). False with that exception pending. */
+static bool fire_timer(cell_t *c, int64_t id)
+{
+    JSContext *ctx = c->ctx;
+    if (JS_IsUndefined(c->timers) || id < 1 || id > UINT32_MAX)
+        return true;
+    JSAtom atom = JS_NewAtomUInt32(ctx, (uint32_t)id);
+    bool found = false;
+    JSValue callback = atom == JS_ATOM_NULL ? JS_EXCEPTION : own_value(ctx, c->timers, atom, &found);
+    if (found) {
+        JS_DeleteProperty(ctx, c->timers, atom, 0);
+        c->pending_timers--;
+    }
+    if (atom != JS_ATOM_NULL)
+        JS_FreeAtom(ctx, atom);
+    if (JS_IsException(callback))
+        return false;
+    if (!found)
+        return true;
+    JSValue r = JS_Call(ctx, callback, JS_UNDEFINED, 0, NULL);
+    JS_FreeValue(ctx, callback);
+    if (JS_IsException(r))
+        return false;
+    JS_FreeValue(ctx, r);
+    return true;
+}
+
+/* The values a cell holds in its runtime, before it has any. */
+static void cell_values_init(cell_t *c)
+{
+    c->module_promise = JS_UNDEFINED;
+    c->stored = c->timers = c->calls = c->images = JS_UNDEFINED;
+    for (int i = 0; i < SHELL_COUNT; i++)
+        c->shell[i] = JS_UNDEFINED;
+    for (int i = 0; i < BUILTIN_COUNT; i++)
+        c->builtin[i] = JS_UNDEFINED;
+}
+
+#ifndef NDEBUG
+/* Lets go of the values a cell holds in its runtime (only a debug build frees them one by one:
+   rule 12). */
+static void cell_values_free(cell_t *c)
+{
+    JS_FreeValue(c->ctx, c->module_promise);
+    JS_FreeValue(c->ctx, c->stored);
+    JS_FreeValue(c->ctx, c->timers);
+    JS_FreeValue(c->ctx, c->calls);
+    JS_FreeValue(c->ctx, c->images);
+    for (int i = 0; i < SHELL_COUNT; i++)
+        JS_FreeValue(c->ctx, c->shell[i]);
+    for (int i = 0; i < BUILTIN_COUNT; i++)
+        JS_FreeValue(c->ctx, c->builtin[i]);
+}
+#endif
+
+/* ---------------------------------------------------------------------------------------- */
 /* Turns                                                                                    */
 
 /* Frees the cell's runtime: all its blocks at once (rule 12). */
@@ -993,35 +1917,15 @@ static void free_js(cell_t *c)
        catch a JS value the binding leaked (setup.py: CODEMODE_DEBUG_BUILD). See evaluate_cell
        for why no module is left suspended. */
     JS_UpdateStackTop(c->rt);
-    JS_FreeValue(c->ctx, c->module_promise);
-    JS_FreeValue(c->ctx, c->dispatch);
-    JS_FreeValue(c->ctx, c->configure);
+    cell_values_free(c);
     JS_FreeContext(c->ctx);
     JS_FreeRuntime(c->rt);
 #endif
     heap_blocks_free(c);
-    c->module_promise = JS_UNDEFINED;
-    c->dispatch = JS_UNDEFINED;
-    c->configure = JS_UNDEFINED;
+    cell_values_init(c);
     c->rt = NULL;
     c->ctx = NULL;
     heap_release(c);
-}
-
-static JSValue make_hooks(JSContext *ctx)
-{
-    JSValue hooks = JS_NewObjectProto(ctx, JS_NULL);
-    if (JS_IsException(hooks))
-        return hooks;
-    for (int i = 0; i < (int)(sizeof(hook_names) / sizeof(hook_names[0])); i++) {
-        JSValue fn = JS_NewCFunctionMagic(ctx, native_hook, hook_names[i], 3,
-                                          JS_CFUNC_generic_magic, i);
-        if (JS_IsException(fn) || JS_SetPropertyStr(ctx, hooks, hook_names[i], fn) < 0) {
-            JS_FreeValue(ctx, hooks);
-            return JS_EXCEPTION;
-        }
-    }
-    return hooks;
 }
 
 #define WRAPPER_HEAD "export default (0, async () => {\n\n"
@@ -1102,27 +2006,79 @@ static int compare_names(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* Deletes every string-named global the allowlist does not hold (`InternalError`,
-   `queueMicrotask`, `SharedArrayBuffer` and `Atomics` in QuickJS-ng 0.17, and whatever a later
-   version adds). Done here rather than in the prelude: in JavaScript it took 12 % of a trivial
-   cell's instructions on its worker, here under 2 %. False with an exception pending if it
-   failed. */
-static bool remove_disallowed_globals(JSContext *ctx)
+/* The string-named globals of a fresh context that the allowlist does not hold
+   (`InternalError`, `queueMicrotask`, `SharedArrayBuffer` and `Atomics` in QuickJS-ng 0.17, and
+   whatever a later version adds): found once per process (find_disallowed_globals), in a
+   scratch context with the intrinsics every cell gets, and deleted by name in each cell.
+   Listing a cell's globals and looking each one up took 3 % of a trivial cell's instructions
+   in the engine. Set under the GIL, before any engine runs. */
+static char **disallowed_globals;
+static int disallowed_count = -1;
+
+static bool add_cell_intrinsics(JSContext *ctx)
 {
-    JSValue global = JS_GetGlobalObject(ctx);
+    return !(JS_AddIntrinsicBaseObjects(ctx) || JS_AddIntrinsicDate(ctx) ||
+             JS_AddIntrinsicEval(ctx) || JS_AddIntrinsicRegExp(ctx) || JS_AddIntrinsicJSON(ctx) ||
+             JS_AddIntrinsicProxy(ctx) || JS_AddIntrinsicMapSet(ctx) ||
+             JS_AddIntrinsicTypedArrays(ctx) || JS_AddIntrinsicPromise(ctx) ||
+             JS_AddIntrinsicWeakRef(ctx));
+}
+
+/* Fills disallowed_globals, once; false with a Python exception set if it failed. */
+static bool find_disallowed_globals(void)
+{
+    if (disallowed_count >= 0)
+        return true;
+    JSRuntime *rt = JS_NewRuntime();
+    JSContext *ctx = rt ? JS_NewContextRaw(rt) : NULL;
     JSPropertyEnum *names = NULL;
     uint32_t count = 0;
-    bool ok = JS_GetOwnPropertyNames(ctx, &names, &count, global, JS_GPN_STRING_MASK) == 0;
+    bool ok = ctx && add_cell_intrinsics(ctx);
+    JSValue global = ok ? JS_GetGlobalObject(ctx) : JS_UNDEFINED;
+    ok = ok && JS_GetOwnPropertyNames(ctx, &names, &count, global, JS_GPN_STRING_MASK) == 0;
+    char **found = ok ? calloc(count ? count : 1, sizeof(char *)) : NULL;
+    int n = 0;
+    ok = found != NULL;
     for (uint32_t i = 0; ok && i < count; i++) {
         const char *name = JS_AtomToCString(ctx, names[i].atom);
         ok = name != NULL;
         if (ok && !bsearch(&name, allowed_globals, sizeof(allowed_globals) / sizeof(char *),
                            sizeof(char *), compare_names))
-            ok = JS_DeleteProperty(ctx, global, names[i].atom, 0) >= 0;
+            ok = (found[n++] = strdup(name)) != NULL;
         JS_FreeCString(ctx, name);
     }
     if (names)
         JS_FreePropertyEnum(ctx, names, count);
+    if (ctx) {
+        JS_FreeValue(ctx, global);
+        JS_FreeContext(ctx);
+    }
+    if (rt)
+        JS_FreeRuntime(rt);
+    if (!ok) {
+        for (int i = 0; found && i < n; i++)
+            free(found[i]);
+        free(found);
+        PyErr_NoMemory();
+        return false;
+    }
+    disallowed_globals = found;
+    disallowed_count = n;
+    return true;
+}
+
+/* Deletes the disallowed globals from a cell's context; false with an exception pending if it
+   failed. */
+static bool remove_disallowed_globals(JSContext *ctx)
+{
+    JSValue global = JS_GetGlobalObject(ctx);
+    bool ok = true;
+    for (int i = 0; ok && i < disallowed_count; i++) {
+        JSAtom atom = JS_NewAtom(ctx, disallowed_globals[i]);
+        ok = atom != JS_ATOM_NULL && JS_DeleteProperty(ctx, global, atom, 0) >= 0;
+        if (atom != JS_ATOM_NULL)
+            JS_FreeAtom(ctx, atom);
+    }
     JS_FreeValue(ctx, global);
     return ok;
 }
@@ -1134,27 +2090,21 @@ static JSContext *new_cell_context(JSRuntime *rt)
     JSContext *ctx = JS_NewContextRaw(rt);
     if (!ctx)
         return NULL;
-    if (JS_AddIntrinsicBaseObjects(ctx) || JS_AddIntrinsicDate(ctx) || JS_AddIntrinsicEval(ctx) ||
-        JS_AddIntrinsicRegExp(ctx) || JS_AddIntrinsicJSON(ctx) || JS_AddIntrinsicProxy(ctx) ||
-        JS_AddIntrinsicMapSet(ctx) || JS_AddIntrinsicTypedArrays(ctx) ||
-        JS_AddIntrinsicPromise(ctx) || JS_AddIntrinsicWeakRef(ctx) ||
-        !remove_disallowed_globals(ctx)) {
+    if (!add_cell_intrinsics(ctx) || !remove_disallowed_globals(ctx)) {
         JS_FreeContext(ctx);
         return NULL;
     }
     return ctx;
 }
 
-/* Creates the cell's runtime and context and runs the prelude's preparer, which gives the
-   configurer (or an exception, reported by start_cell); false (and nothing allocated) if memory
-   ran out. Runs on a worker, ahead of use for a prepared cell (rule 9). */
+/* Creates the cell's runtime and context and prepares its globals (or records that this
+   threw, for start_cell to report); false (and nothing allocated) if memory ran out. Runs on a
+   worker, ahead of use for a prepared cell (rule 9). */
 static bool create_runtime(cell_t *c)
 {
-    engine_t *e = c->engine;
     c->heap_enforced = true;
-    c->module_promise = JS_UNDEFINED;
-    c->dispatch = JS_UNDEFINED;
-    c->configure = JS_UNDEFINED;
+    cell_values_init(c);
+    c->globals_failed = false;
     heap_blocks_init(c);
     c->rt = JS_NewRuntime2(&cell_malloc_functions, c);
     if (!c->rt) {
@@ -1173,21 +2123,7 @@ static bool create_runtime(cell_t *c)
         heap_release(c);
         return false;
     }
-    /* The prelude yields its preparer, which takes the hooks and returns the configurer. */
-    JSValue prepare = run_prelude_script(c->ctx, e->prelude, e->prelude_len);
-    if (JS_IsException(prepare)) {
-        c->configure = JS_EXCEPTION; /* reported by start_cell */
-        return true;
-    }
-    JSValue hooks = make_hooks(c->ctx);
-    if (JS_IsException(hooks)) {
-        JS_FreeValue(c->ctx, prepare);
-        c->configure = JS_EXCEPTION;
-        return true;
-    }
-    c->configure = JS_Call(c->ctx, prepare, JS_UNDEFINED, 1, (JSValueConst *)&hooks);
-    JS_FreeValue(c->ctx, hooks);
-    JS_FreeValue(c->ctx, prepare);
+    c->globals_failed = !prepare_globals(c);
     return true;
 }
 
@@ -1199,9 +2135,9 @@ static cell_t *prepare_cell(engine_t *e)
         return NULL;
     c->engine = e;
     c->finish_node = calloc(1, sizeof(finish_node_t));
-    if (c->finish_node && create_runtime(c) && !JS_IsException(c->configure))
+    if (c->finish_node && create_runtime(c) && !c->globals_failed)
         return c;
-    if (c->ctx && JS_IsException(c->configure))
+    if (c->ctx && c->globals_failed)
         JS_FreeValue(c->ctx, JS_GetException(c->ctx));
     free_js(c);
     free(c->finish_node);
@@ -1209,8 +2145,8 @@ static cell_t *prepare_cell(engine_t *e)
     return NULL;
 }
 
-/* Runs the prelude's install with the cell's configuration (creating the runtime first unless
-   the cell was prepared), then evaluates the cell's source. */
+/* Configures the cell's globals (creating the runtime first unless the cell was prepared), then
+   evaluates the cell's source. */
 static void start_cell(cell_t *c, command_t *cmd)
 {
     struct timespec begin, end;
@@ -1220,23 +2156,7 @@ static void start_cell(cell_t *c, command_t *cmd)
         return;
     }
     JS_SetMaxStackSize(c->rt, c->stack_limit);
-    JSValue configure = c->configure;
-    c->configure = JS_UNDEFINED;
-    if (JS_IsException(configure)) {
-        finish_with_exception(c);
-        return;
-    }
-    JSValue config = JS_ParseJSON(c->ctx, cmd->data2, cmd->len2, "<config>");
-    if (JS_IsException(config)) {
-        JS_FreeValue(c->ctx, configure);
-        finish_with_exception(c);
-        return;
-    }
-    c->dispatch = JS_Call(c->ctx, configure, JS_UNDEFINED, 1, (JSValueConst *)&config);
-    JS_FreeValue(c->ctx, config);
-    JS_FreeValue(c->ctx, configure);
-    if (JS_IsException(c->dispatch)) {
-        c->dispatch = JS_UNDEFINED;
+    if (c->globals_failed || !configure_globals(c, cmd->data2, cmd->len2)) {
         finish_with_exception(c);
         return;
     }
@@ -1254,32 +2174,15 @@ static void start_cell(cell_t *c, command_t *cmd)
     settle(c);
 }
 
-/* Calls the prelude's dispatcher: (1, id, settle, payload) settles a tool call, (2, id) fires a
-   timer. An exception it lets escape ends the cell (a throwing timer callback fails the cell,
-   design.md, runtime 3.11). */
+/* Settles a tool call or fires a timer. An exception either lets escape ends the cell (a
+   throwing timer callback fails the cell, design.md, runtime 3.11). */
 static void dispatch(cell_t *c, command_t *cmd)
 {
-    JSValue args[4];
-    int argc = 2;
-    args[0] = JS_NewInt32(c->ctx, cmd->kind == CMD_SETTLE_TOOL ? 1 : 2);
-    args[1] = JS_NewInt64(c->ctx, cmd->id);
-    if (cmd->kind == CMD_SETTLE_TOOL) {
-        args[2] = JS_NewInt32(c->ctx, cmd->settle);
-        args[3] = JS_NewStringLen(c->ctx, cmd->data, cmd->len);
-        argc = 4;
-        if (JS_IsException(args[3])) {
-            finish_with_exception(c);
-            return;
-        }
-    }
-    JSValue r = JS_Call(c->ctx, c->dispatch, JS_UNDEFINED, argc, (JSValueConst *)args);
-    for (int i = 0; i < argc; i++)
-        JS_FreeValue(c->ctx, args[i]);
-    if (JS_IsException(r)) {
+    bool ok = cmd->kind == CMD_SETTLE_TOOL ? settle_tool_call(c, cmd) : fire_timer(c, cmd->id);
+    if (!ok) {
         finish_with_exception(c);
         return;
     }
-    JS_FreeValue(c->ctx, r);
     settle(c);
 }
 
@@ -1672,6 +2575,31 @@ static uint8_t *compile_prelude(const char *source, size_t len, const char *file
     return copy;
 }
 
+/* The class id of QuickJS-ng's CallSite objects (the same in every runtime: a builtin class),
+   found once in a scratch runtime, or 0 with a Python exception set. Each cell replaces its
+   prototype's getFunction (prelude.js) without making a stack trace to find it. */
+static JSClassID find_call_site_class(void)
+{
+    static const char source[] =
+        "Error.prepareStackTrace = (_error, sites) => sites; new Error().stack[0]";
+    JSRuntime *rt = JS_NewRuntime();
+    JSContext *ctx = rt ? JS_NewContext(rt) : NULL;
+    JSClassID id = 0;
+    if (ctx) {
+        JSValue site = JS_Eval(ctx, source, strlen(source), "<call-site>", JS_EVAL_TYPE_GLOBAL);
+        if (JS_IsObject(site))
+            id = JS_GetClassID(site);
+        JS_FreeValue(ctx, site);
+        JS_FreeValue(ctx, JS_GetException(ctx));
+        JS_FreeContext(ctx);
+    }
+    if (rt)
+        JS_FreeRuntime(rt);
+    if (!id)
+        PyErr_SetString(PyExc_RuntimeError, "cannot find QuickJS-ng's CallSite class");
+    return id;
+}
+
 /* Engine(workers, prelude, images, max_workers, fault_events_after=-1, heap_budget=0,
           prepared_cells=0) */
 static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds)
@@ -1705,6 +2633,11 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds)
         if (e->prelude)
             e->images = compile_prelude(images.buf, (size_t)images.len, "<prelude-images>",
                                         &e->images_len);
+        if (e->images &&
+            (!find_disallowed_globals() || !(e->call_site_class = find_call_site_class()))) {
+            free(e->images);
+            e->images = NULL;
+        }
     }
     PyBuffer_Release(&prelude);
     PyBuffer_Release(&images);
@@ -2136,8 +3069,8 @@ static PyObject *Engine_start_cell(EngineObject *self, PyObject *args, PyObject 
     atomic_init(&c->cpu_exceeded, 0);
     atomic_init(&c->output_bytes, 0);
     c->stack_limit = stack_limit ? (size_t)stack_limit : DEFAULT_JS_STACK;
-    c->module_promise = JS_UNDEFINED;
-    c->dispatch = JS_UNDEFINED;
+    if (!c->rt)
+        cell_values_init(c); /* a prepared cell holds its globals already */
 
     CellObject *obj = PyObject_New(CellObject, (PyTypeObject *)get_state(module)->CellType);
     if (!obj)
