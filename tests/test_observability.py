@@ -550,3 +550,39 @@ async def test_a_callers_trace_context_continues_into_the_cell(traced: Traced) -
     assert cell.context.trace_id == remote.get_span_context().trace_id
     assert cell.parent is not None
     assert cell.parent.span_id == remote.get_span_context().span_id
+
+
+GLOBAL_SDK = """
+import trio, codemode
+from codemode import observability
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+assert observability.lookup() is None  # nothing configured yet: the fast path
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)  # what an application does, after codemode was imported
+assert observability.lookup() is not None
+
+async def main():
+    async with codemode.open_in_process_provider() as cells:
+        session = await cells.create_session()
+        started = await session.execute(codemode.ExecuteRequest(tool_call_id="c", source="text(1)"), codemode.Toolbox())
+        await started.initial_response()
+
+trio.run(main)
+print(sorted(span.name for span in exporter.get_finished_spans()))
+"""
+
+
+@pytest.mark.slow
+def test_a_global_provider_set_after_import_is_found() -> None:
+    finished = subprocess.run(
+        [sys.executable, "-c", GLOBAL_SDK], capture_output=True, text=True, timeout=BOUND
+    )
+    assert finished.returncode == 0, finished.stderr
+    assert "'code_mode.cell'" in finished.stdout

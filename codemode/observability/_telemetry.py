@@ -18,6 +18,8 @@ trace: Any = None
 """`opentelemetry.trace` once `lookup()` loaded it (None before, and without the API)."""
 metrics: Any = None
 _loaded = False
+_unset_globals: Any = None
+"""Returns True while neither global provider was set (`_load_api`), or None."""
 
 reporting_here = False
 """True in a program that set the SDK up itself (`_sdk.install_from_environment`): a host then
@@ -27,7 +29,7 @@ reports its own spans and metrics."""
 def _load_api() -> bool:
     """Import the OpenTelemetry API on first use (never at codemode's import: it costs the
     CLI's start some 25 ms); False without `codemode[otel]`."""
-    global trace, metrics, _loaded
+    global trace, metrics, _loaded, _unset_globals
     if not _loaded:
         _loaded = True
         try:
@@ -36,7 +38,29 @@ def _load_api() -> bool:
         except ImportError:
             return False
         trace, metrics = otel_trace, otel_metrics
+        _unset_globals = _globals_probe()
     return trace is not None
+
+
+def _globals_probe() -> Any:
+    """A test of whether the global providers are still unset that costs two attribute reads,
+    or None when it cannot be made: asking `get_tracer_provider()` and `get_meter_provider()`
+    each cell cost about 5 % of a trivial cell's instructions on the client (they read the
+    environment). It reads the module globals the API keeps its providers in, and is made only
+    if they exist and no `OTEL_PYTHON_*_PROVIDER` variable names a provider to load lazily."""
+    import os
+
+    from opentelemetry.metrics import _internal as metrics_state
+
+    if "OTEL_PYTHON_TRACER_PROVIDER" in os.environ or "OTEL_PYTHON_METER_PROVIDER" in os.environ:
+        return None
+    if not hasattr(trace, "_TRACER_PROVIDER") or not hasattr(metrics_state, "_METER_PROVIDER"):
+        return None
+
+    def unset() -> bool:
+        return trace._TRACER_PROVIDER is None and metrics_state._METER_PROVIDER is None
+
+    return unset
 
 
 SCOPE = "codemode"
@@ -123,6 +147,13 @@ def lookup() -> Telemetry | None:
     if not _load_api():
         return None
     settings = _settings.current()
+    if (
+        _unset_globals is not None
+        and settings.tracer_provider is None
+        and settings.meter_provider is None
+        and _unset_globals()
+    ):
+        return None  # the common case of a library: nobody configured OpenTelemetry
     tracer_provider = settings.tracer_provider or trace.get_tracer_provider()
     meter_provider = settings.meter_provider or metrics.get_meter_provider()
     traces_on = _real(tracer_provider, ("ProxyTracerProvider", "NoOpTracerProvider"))
