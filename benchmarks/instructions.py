@@ -17,14 +17,21 @@ depends on timing, even under valgrind), now and then more: compare the medians 
 or more. To compare two versions, run this in a checkout of each (`git worktree add`, with its
 own virtual environment and build), one after the other, on a machine that is otherwise quiet.
 
+`--tracing off,noop,memory` measures each row once per tracing mode of the counted process
+(`codemode.observability`): `off` configures nothing (OpenTelemetry's API installed, no SDK: the
+path of every application that does not trace), `noop` an SDK tracer and meter provider whose
+spans go to an exporter that drops them and whose metrics nobody reads, `memory` the SDK's
+in-memory span exporter and metric reader; each row then shows its ratio to `off`.
+
 Run: `python -m benchmarks.instructions [--cells 400] [--repeat 1] [--only client,host,in-process]
-[--workloads text,tool]` (from the repository's root; needs `valgrind` on the PATH; about a
-minute per component, workload and repeat).
+[--workloads text,tool] [--tracing off]` (from the repository's root; needs `valgrind` on the
+PATH; about a minute per component, workload, tracing mode and repeat).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -49,6 +56,37 @@ WORKLOADS: dict[str, tuple[str, tuple[str, ...]]] = {
 WARM = 20
 """Cells of the shorter run: the longer one's first cells are as warm as these."""
 VALGRIND_TIMEOUT_S = 600
+TRACING_MODES = ("off", "noop", "memory")
+TRACING_VARIABLE = "CODEMODE_BENCH_TRACING"
+"""How the counted child learns its tracing mode."""
+
+
+def configure_tracing(mode: str) -> None:
+    """Set codemode's OpenTelemetry providers for one tracing mode (`--tracing`)."""
+    if mode == "off":
+        return
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        SimpleSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    class Dropped(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    exporter = InMemorySpanExporter() if mode == "memory" else Dropped()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    readers = [InMemoryMetricReader()] if mode == "memory" else []
+    meter_provider = MeterProvider(metric_readers=readers)
+    from codemode import observability
+
+    observability.configure(tracer_provider=tracer_provider, meter_provider=meter_provider)
 
 
 def callgrind(prefix: Path) -> list[str]:
@@ -111,8 +149,11 @@ async def run_cells(
     return outputs
 
 
-def count_run(component: str, workload: str, cells: int, prefix: Path) -> tuple[int, int]:
-    """One run of `cells` cells with the component's process under callgrind; its counts."""
+def count_run(
+    component: str, workload: str, cells: int, prefix: Path, tracing: str = "off"
+) -> tuple[int, int]:
+    """One run of `cells` cells with the component's process under callgrind; its counts
+    (`tracing`: the counted child's tracing mode; the host's own is always off)."""
     if component == "host":
         host = [*callgrind(prefix), sys.executable, "-m", "codemode_host"]
         trio.run(run_cells, component, workload, cells, host)
@@ -121,6 +162,7 @@ def count_run(component: str, workload: str, cells: int, prefix: Path) -> tuple[
         child += [component, workload, str(cells)]
         done = subprocess.run(
             [*callgrind(prefix), *child],
+            env={**os.environ, TRACING_VARIABLE: tracing},
             timeout=VALGRIND_TIMEOUT_S,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -133,43 +175,69 @@ def count_run(component: str, workload: str, cells: int, prefix: Path) -> tuple[
     return thread_counts(prefix)
 
 
-def per_cell(component: str, workload: str, cells: int, directory: Path) -> tuple[float, float]:
+def per_cell(
+    component: str, workload: str, cells: int, directory: Path, tracing: str = "off"
+) -> tuple[float, float]:
     """Instructions one more cell costs the component: (trio thread, other threads)."""
-    short = count_run(component, workload, WARM, directory / f"{component}-{workload}-short")
-    long = count_run(component, workload, WARM + cells, directory / f"{component}-{workload}-long")
+    name = f"{component}-{workload}-{tracing}"
+    short = count_run(component, workload, WARM, directory / f"{name}-short", tracing)
+    long = count_run(component, workload, WARM + cells, directory / f"{name}-long", tracing)
     return (long[0] - short[0]) / cells, (long[1] - short[1]) / cells
 
 
+Row = tuple[str, str, str, list[float], list[float]]
+"""component, workload, tracing mode, the trio thread's counts, the other threads'."""
+
+
 def measure(
-    components: Sequence[str], workloads: Sequence[str], cells: int, repeat: int
-) -> list[tuple[str, str, list[float], list[float]]]:
-    """For each component and workload, `repeat` measurements of `per_cell`."""
+    components: Sequence[str],
+    workloads: Sequence[str],
+    cells: int,
+    repeat: int,
+    tracing: Sequence[str] = ("off",),
+) -> list[Row]:
+    """For each component, workload and tracing mode, `repeat` measurements of `per_cell`."""
     rows = []
     for component in components:
         for workload in workloads:
-            trio_counts: list[float] = []
-            other_counts: list[float] = []
-            for _ in range(repeat):
-                with tempfile.TemporaryDirectory(prefix="codemode-callgrind-") as directory:
-                    main, other = per_cell(component, workload, cells, Path(directory))
-                trio_counts.append(main)
-                other_counts.append(other)
-                print(f"  {component} {workload}: {main:,.0f} / {other:,.0f}", flush=True)
-            rows.append((component, workload, trio_counts, other_counts))
+            for mode in tracing:
+                trio_counts: list[float] = []
+                other_counts: list[float] = []
+                for _ in range(repeat):
+                    with tempfile.TemporaryDirectory(prefix="codemode-callgrind-") as directory:
+                        main, other = per_cell(component, workload, cells, Path(directory), mode)
+                    trio_counts.append(main)
+                    other_counts.append(other)
+                    print(
+                        f"  {component} {workload} {mode}: {main:,.0f} / {other:,.0f}", flush=True
+                    )
+                rows.append((component, workload, mode, trio_counts, other_counts))
     return rows
 
 
-def render(rows: Sequence[tuple[str, str, list[float], list[float]]]) -> str:
+def render(rows: Sequence[Row]) -> str:
+    """The table; with more than one tracing mode, each row's ratio to its `off` row."""
+    modes = {row[2] for row in rows}
     lines = [
-        f"{'component':<11} {'workload':<8} {'trio thread':>12} {'(min-max)':>21}"
-        f" {'other threads':>14}"
+        f"{'component':<11} {'workload':<8} {'tracing':<8} {'trio thread':>12} {'(min-max)':>21}"
+        f" {'other threads':>14}" + (f" {'vs off':>7}" if len(modes) > 1 else "")
     ]
-    for component, workload, trio_counts, other_counts in rows:
+    off = {
+        (component, workload): statistics.median(counts)
+        for component, workload, mode, counts, _ in rows
+        if mode == "off"
+    }
+    for component, workload, mode, trio_counts, other_counts in rows:
+        median = statistics.median(trio_counts)
         spread = f"{min(trio_counts):,.0f}-{max(trio_counts):,.0f}"
-        lines.append(
-            f"{component:<11} {workload:<8} {statistics.median(trio_counts):>12,.0f}"
+        line = (
+            f"{component:<11} {workload:<8} {mode:<8} {median:>12,.0f}"
             f" {spread:>21} {statistics.median(other_counts):>14,.0f}"
         )
+        base = off.get((component, workload))
+        if len(modes) > 1 and base:
+            line += f" {median / base:>6.2f}x"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -179,15 +247,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=1, help="measurements of each figure")
     parser.add_argument("--only", default=",".join(COMPONENTS), help="components to count")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="workloads to run")
+    parser.add_argument("--tracing", default="off", help="tracing modes: off, noop, memory")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     arguments = parser.parse_args(argv)
     if arguments.child:
         component, workload, cells = arguments.child
+        configure_tracing(os.environ.get(TRACING_VARIABLE, "off"))
         trio.run(run_cells, component, workload, int(cells))
         return
     components = [name for name in arguments.only.split(",") if name]
     workloads = [name for name in arguments.workloads.split(",") if name]
+    tracing = [name for name in arguments.tracing.split(",") if name]
     unknown = (set(components) - set(COMPONENTS)) | (set(workloads) - set(WORKLOADS))
+    unknown |= set(tracing) - set(TRACING_MODES)
     if unknown:
         parser.error(f"unknown components or workloads: {sorted(unknown)}")
     if arguments.cells < 1 or arguments.repeat < 1:
@@ -195,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if shutil.which("valgrind") is None:
         parser.error("valgrind is not on the PATH (the counts are callgrind's)")
     print(f"instructions per cell ({arguments.cells} cells; trio thread / other threads):")
-    rows = measure(components, workloads, arguments.cells, arguments.repeat)
+    rows = measure(components, workloads, arguments.cells, arguments.repeat, tracing)
     print(render(rows))
 
 

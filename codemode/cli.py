@@ -180,6 +180,15 @@ def _mcp_parser(commands: Any, tools_help: str) -> None:
         action="store_true",
         help="run the cells in this process instead of a host process",
     )
+    serve.add_argument(
+        "--otel",
+        action="store_true",
+        help=(
+            "report spans and metrics to OpenTelemetry, configured by the OTEL_* variables "
+            "(OTLP over HTTP by default), continuing a client's traceparent; needs "
+            "codemode[otel-sdk] (docs/observability.md)"
+        ),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -245,7 +254,18 @@ def _mcp_serve(arguments: argparse.Namespace) -> int:
         token_file=arguments.token_file,
         in_process=arguments.in_process,
     )
-    return run(options)
+    if not arguments.otel:
+        return run(options)
+    from .observability import SdkMissingError, install_from_environment
+
+    try:
+        flush = install_from_environment("codemode-mcp", "codemode mcp serve --otel")
+    except SdkMissingError as error:
+        raise UsageError(str(error)) from None
+    try:
+        return run(options)
+    finally:
+        flush()
 
 
 def _describe(arguments: argparse.Namespace) -> int:

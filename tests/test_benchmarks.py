@@ -105,3 +105,29 @@ async def test_the_timeline_probes_both_hosts() -> None:
         ats = [step.at for step in found.steps]
         assert ats == sorted(ats)
     assert "C31" in [step.label for step in timelines["process provider"].steps]
+
+
+@pytest.mark.parametrize("mode", instructions.TRACING_MODES)
+async def test_each_tracing_mode_of_the_instruction_counter_runs(mode: str) -> None:
+    from codemode import observability
+
+    previous = observability.current_settings()
+    try:
+        instructions.configure_tracing(mode)
+        with trio.fail_after(30):
+            outputs = await instructions.run_cells("in-process", "tool", 2)
+        assert len(outputs) == 2
+        assert (observability.lookup() is None) == (mode == "off")
+    finally:
+        observability.restore(previous)
+
+
+def test_the_instruction_table_shows_each_mode_against_off() -> None:
+    rows = [
+        ("client", "text", "off", [100.0, 110.0], [1.0]),
+        ("client", "text", "memory", [150.0], [2.0]),
+    ]
+    lines = instructions.render(rows).splitlines()
+    assert lines[0].split()[-2:] == ["vs", "off"]
+    assert lines[1].endswith("1.00x")
+    assert lines[2].endswith("1.43x")

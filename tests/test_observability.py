@@ -586,3 +586,25 @@ def test_a_global_provider_set_after_import_is_found() -> None:
     )
     assert finished.returncode == 0, finished.stderr
     assert "'code_mode.cell'" in finished.stdout
+
+
+async def test_an_mcp_clients_traceparent_continues_into_the_cell(traced: Traced) -> None:
+    from mcp import Client
+
+    from codemode.mcp._serve import open_code_mode_service
+
+    with traced.tracer.start_as_current_span("mcp.client") as remote:
+        traceparent = observability.inject(None).traceparent
+    with trio.fail_after(BOUND):
+        async with (
+            codemode.open_in_process_provider() as provider,
+            open_code_mode_service(provider, Toolbox()) as service,
+            Client(service.server(), mode="legacy") as client,
+        ):
+            await client.call_tool("exec", {"code": "text(1)"}, meta={"traceparent": traceparent})
+            await client.call_tool("exec", {"code": "text(2)"})  # no trace sent: a root span
+    first, second = sorted(traced.spans("code_mode.exec"), key=lambda span: span.start_time or 0)
+    assert first.context.trace_id == remote.get_span_context().trace_id
+    assert first.parent is not None
+    assert first.parent.span_id == remote.get_span_context().span_id
+    assert second.parent is None

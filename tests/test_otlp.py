@@ -10,16 +10,21 @@ import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 import trio
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 import codemode
 from codemode import CodeMode, Toolbox, observability
+from tests.remote_hosts import listening_host
 
 BOUND = 60
 
@@ -29,6 +34,7 @@ class Receiver:
 
     def __init__(self) -> None:
         self.spans: list[tuple[str, str, bytes, bytes, bytes]] = []  # service, name, ids
+        self.sums: dict[tuple[str, str], float] = {}  # (service, metric) -> its points' sum
         self._lock = threading.Lock()
         receiver = self
 
@@ -37,9 +43,14 @@ class Receiver:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)
-                request = ExportTraceServiceRequest()
-                request.ParseFromString(body)
-                receiver._add(request)
+                if self.path.endswith("/v1/metrics"):
+                    metrics = ExportMetricsServiceRequest()
+                    metrics.ParseFromString(body)
+                    receiver._add_metrics(metrics)
+                else:
+                    request = ExportTraceServiceRequest()
+                    request.ParseFromString(body)
+                    receiver._add(request)
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.end_headers()
@@ -55,24 +66,39 @@ class Receiver:
     def _add(self, request: ExportTraceServiceRequest) -> None:
         with self._lock:
             for resource_spans in request.resource_spans:
-                service = next(
-                    (
-                        a.value.string_value
-                        for a in resource_spans.resource.attributes
-                        if a.key == "service.name"
-                    ),
-                    "",
-                )
+                service = _service(resource_spans.resource.attributes)
                 for scope_spans in resource_spans.scope_spans:
                     for span in scope_spans.spans:
                         self.spans.append(
                             (service, span.name, span.trace_id, span.span_id, span.parent_span_id)
                         )
 
+    def _add_metrics(self, request: ExportMetricsServiceRequest) -> None:
+        with self._lock:
+            for resource_metrics in request.resource_metrics:
+                service = _service(resource_metrics.resource.attributes)
+                for scope_metrics in resource_metrics.scope_metrics:
+                    for metric in scope_metrics.metrics:
+                        kind = metric.WhichOneof("data")
+                        points = getattr(metric, kind).data_points if kind else []
+                        total = sum(
+                            getattr(point, "as_int", 0) or getattr(point, "count", 0)
+                            for point in points
+                        )
+                        key = (service, metric.name)
+                        self.sums[key] = self.sums.get(key, 0) + total
+
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
         self._thread.join(timeout=5)
+
+
+def _service(attributes: object) -> str:
+    return next(
+        (a.value.string_value for a in attributes if a.key == "service.name"),  # type: ignore[attr-defined]
+        "",
+    )
 
 
 @pytest.fixture
@@ -85,12 +111,12 @@ def receiver() -> Iterator[Receiver]:
 
 
 @pytest.mark.slow
-async def test_the_tree_reaches_an_otlp_receiver_across_the_host_process(
-    receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("kind", ["process", "remote"])
+async def test_the_tree_reaches_an_otlp_receiver_across_the_pipe_and_the_socket(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
     # The host reads OpenTelemetry's standard variables (it inherits the environment).
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
-    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
     exporter = OTLPSpanExporter(endpoint=f"{receiver.endpoint}/v1/traces")
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -104,19 +130,29 @@ async def test_the_tree_reaches_an_otlp_receiver_across_the_host_process(
         with tracer.start_as_current_span("app.lookup"):
             return key.upper()
 
-    host = [sys.executable, "-m", "codemode_host", "--otel"]
+    async def one_turn(provider: codemode.Provider) -> None:
+        session = await provider.create_session()
+        code_mode = CodeMode(session, toolbox, toolbox.definitions())
+        with tracer.start_as_current_span("app.turn"):
+            output = await code_mode.exec(
+                "c", 'text(await tools.lookup({ key: "a" })); yield_control();'
+                ' text(await tools.lookup({ key: "b" }))'
+            )  # fmt: skip
+            await code_mode.wait({"cell_id": output.cell_id})
+        await session.shutdown()
+
     try:
         with trio.fail_after(BOUND):
-            async with codemode.open_process_provider(host) as provider:
-                session = await provider.create_session()
-                code_mode = CodeMode(session, toolbox, toolbox.definitions())
-                with tracer.start_as_current_span("app.turn"):
-                    output = await code_mode.exec(
-                        "c", 'text(await tools.lookup({ key: "a" })); yield_control();'
-                        ' text(await tools.lookup({ key: "b" }))'
-                    )  # fmt: skip
-                    await code_mode.wait({"cell_id": output.cell_id})
-            # Leaving the block closed the host, which flushed its spans before it exited.
+            if kind == "process":
+                host = [sys.executable, "-m", "codemode_host", "--otel"]
+                async with codemode.open_process_provider(host) as provider:
+                    await one_turn(provider)
+                # Leaving the block closed the host, which flushed its telemetry as it exited.
+            else:
+                async with listening_host("--otel") as running:
+                    async with codemode.open_remote_provider([running.address]) as provider:
+                        await one_turn(provider)
+                    assert await running.stop() == 0  # SIGTERM: it flushes, then exits
     finally:
         observability.restore(previous)
         tracer_provider.shutdown()
@@ -148,6 +184,9 @@ async def test_the_tree_reaches_an_otlp_receiver_across_the_host_process(
     # The host's wait span is a child of the client's observation of that wait.
     (host_wait,) = named("code_mode.host.observe")
     assert spans[spans[host_wait][3]][1] == "code_mode.observe"
+    # The host's own metrics reached the receiver too.
+    assert receiver.sums[("codemode-host", "codemode.cells.ended")] == 1
+    assert receiver.sums[("codemode-host", "codemode.host.tool_call.duration")] == 2
 
 
 @pytest.mark.slow
@@ -177,3 +216,34 @@ def test_the_host_names_the_missing_sdk_in_one_line() -> None:
         "codemode-host: error: codemode-host --otel needs the OpenTelemetry SDK:"
         " pip install 'codemode[otel-sdk]'\n"
     )
+
+
+@pytest.mark.slow
+async def test_codemode_mcp_serve_otel_continues_a_clients_trace(receiver: Receiver) -> None:
+    import os
+
+    from mcp import Client, StdioServerParameters
+
+    from tests.typecheck import ROOT
+
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    parent = "00f067aa0ba902b7"
+    server = StdioServerParameters(
+        command=str(Path(sys.executable).with_name("codemode")),
+        args=["mcp", "serve", "--otel", "--in-process"],
+        cwd=ROOT,
+        env={**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint},
+    )
+    with trio.fail_after(BOUND):
+        async with Client(server) as client:
+            meta = {"traceparent": f"00-{trace_id}-{parent}-01"}
+            await client.call_tool("exec", {"code": "text(1)"}, meta=meta)
+    # The server flushed its spans as it exited (the client closed its stdin).
+    spans = {
+        span_id: (service, name, tid, up) for service, name, tid, span_id, up in receiver.spans
+    }
+    (exec_span,) = [s for s in spans.values() if s[1] == "code_mode.exec"]
+    assert exec_span[0] == "codemode-mcp"
+    assert exec_span[2].hex() == trace_id
+    assert exec_span[3].hex() == parent
+    assert any(s[1] == "code_mode.cell" and s[2].hex() == trace_id for s in spans.values())

@@ -49,15 +49,17 @@ def _exporter(variable: str, otlp: Callable[[], Any], console: Callable[[], Any]
     return otlp()
 
 
-def install_from_environment(service_name: str) -> Callable[[], None]:
+def install_from_environment(service_name: str, what: str | None = None) -> Callable[[], None]:
     """Set the global tracer and meter providers from the `OTEL_*` variables; returns the
     function that flushes and shuts them down (call it before the program exits).
+    `service_name`: the default `service.name`; `what`: the program and option, as the
+    missing SDK's error names them (default `<service_name> --otel`).
 
     Raises:
         SdkMissingError: the SDK is not installed.
         CodeModeError: an `OTEL_*_EXPORTER` variable names an exporter this does not know.
     """
-    require_sdk(f"{service_name} --otel")
+    require_sdk(what or f"{service_name} --otel")
     from opentelemetry import metrics, trace
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
