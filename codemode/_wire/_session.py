@@ -369,7 +369,7 @@ class WireSession:
             return await self._observe(cell_id, yield_time_ms)
         kind = "wait" if yield_time_ms is not None else "wait_to_pending"
         return await traced.observe(
-            kind, lambda trace: self._observe(cell_id, yield_time_ms, trace)
+            kind, lambda trace: self._observe(cell_id, yield_time_ms, trace), propagate=True
         )
 
     async def _observe(

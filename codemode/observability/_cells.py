@@ -126,17 +126,23 @@ class CellTrace:
         return inject(self.context)
 
     async def observe(
-        self, kind: str, operation: Callable[[TraceContext | None], Awaitable[_T]]
+        self,
+        kind: str,
+        operation: Callable[[TraceContext | None], Awaitable[_T]],
+        *,
+        propagate: bool = False,
     ) -> _T:
         """Run an observation of the cell inside its `code_mode.observe` span: `operation`
-        gets the span's trace context, for a host to parent its own spans on."""
+        gets the span's trace context with `propagate` (for a host to parent its own spans
+        on), else None."""
         span = self._telemetry.tracer.start_span(
             "code_mode.observe", context=self.context, attributes={"codemode.observe.kind": kind}
         )
         self._observations += 1
         token = current_cell.set((self._session_id, self.cell_id))
         try:
-            result = await operation(inject(_telemetry.trace.set_span_in_context(span)))
+            context = _telemetry.trace.set_span_in_context(span) if propagate else None
+            result = await operation(None if context is None else inject(context))
         except BaseException as error:
             cancelled = type(error).__name__ == "Cancelled"
             span.set_attribute("codemode.observe.outcome", "cancelled" if cancelled else "error")

@@ -36,13 +36,19 @@ class CellLogFilter(logging.Filter):
 
 
 _FILTER = CellLogFilter()
+_installed_over = -1
+"""How many loggers existed when the filter was last installed."""
 
 
 def install_log_filter() -> None:
     """Put `CellLogFilter` on every `codemode` logger that exists (idempotent). A logger's
     filters see only its own records, so each named logger gets it (`tests/test_observability.py`
     checks that every logger codemode makes is covered)."""
+    global _installed_over
     loggers = logging.root.manager.loggerDict
+    if len(loggers) == _installed_over:
+        return  # no logger was made since: each traced cell calls this, it must cost nothing
+    _installed_over = len(loggers)
     for name in ["codemode", *loggers]:
         if name == "codemode" or name.startswith("codemode."):
             logger = logging.getLogger(name)
