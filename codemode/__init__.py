@@ -67,7 +67,11 @@ __all__ = [
     "MAX_PENDING_OUTPUT_BYTES",
     "AdmissionError",
     "AdmissionLimits",
+    "Allow",
     "AlreadyTerminatingError",
+    "ApprovalRequest",
+    "Approve",
+    "Ask",
     "CellId",
     "CellInfo",
     "CellLimits",
@@ -75,15 +79,19 @@ __all__ = [
     "CodeModeError",
     "Completed",
     "ContentItem",
+    "DefaultPolicy",
+    "Deny",
     "ExecSource",
     "ExecuteRequest",
     "FrameLimitError",
+    "GovernedTools",
     "HostLoad",
     "HostLostError",
     "ImageDetail",
     "InputImage",
     "InputText",
     "InvalidRequestError",
+    "JournalEntry",
     "JsonValue",
     "LiveCell",
     "MissingCell",
@@ -91,6 +99,7 @@ __all__ = [
     "NestedToolCall",
     "ObserverBusyError",
     "Pending",
+    "PolicyBase",
     "PragmaError",
     "Provider",
     "ProviderClosedError",
@@ -109,6 +118,7 @@ __all__ = [
     "ToolKind",
     "ToolName",
     "ToolOutput",
+    "ToolPolicy",
     "ToolThreadLimits",
     "ToolThreadStatistics",
     "Toolbox",
@@ -118,6 +128,7 @@ __all__ = [
     "Yielded",
     "combine",
     "default_host_command",
+    "governed",
     "missing_cell",
     "normalize_identifier",
     "open_in_process_provider",
@@ -132,6 +143,17 @@ __all__ = [
 
 if TYPE_CHECKING:
     from ._combine import combine as combine
+    from ._governance import Allow as Allow
+    from ._governance import ApprovalRequest as ApprovalRequest
+    from ._governance import Approve as Approve
+    from ._governance import Ask as Ask
+    from ._governance import DefaultPolicy as DefaultPolicy
+    from ._governance import Deny as Deny
+    from ._governance import GovernedTools as GovernedTools
+    from ._governance import JournalEntry as JournalEntry
+    from ._governance import PolicyBase as PolicyBase
+    from ._governance import ToolPolicy as ToolPolicy
+    from ._governance import governed as governed
     from ._toolbox import Toolbox as Toolbox
     from .inprocess import open_in_process_provider as open_in_process_provider
     from .model import CodeMode as CodeMode
@@ -152,6 +174,17 @@ if TYPE_CHECKING:
 # `import codemode.protocol` stays sans-IO).
 _LAZY = {
     "combine": "._combine",
+    "Allow": "._governance",
+    "ApprovalRequest": "._governance",
+    "Approve": "._governance",
+    "Ask": "._governance",
+    "DefaultPolicy": "._governance",
+    "Deny": "._governance",
+    "GovernedTools": "._governance",
+    "JournalEntry": "._governance",
+    "PolicyBase": "._governance",
+    "ToolPolicy": "._governance",
+    "governed": "._governance",
     "Toolbox": "._toolbox",
     "open_in_process_provider": ".inprocess",
     "open_process_provider": ".process",

@@ -77,6 +77,14 @@ class CombinedTools:
             for source in self._sources:
                 nursery.start_soon(source.notify, call_id, cell_id, text)
 
+    def needs_approval(self, tool: ToolName) -> bool:
+        """Whether the source that defines `tool` marks it as needing approval."""
+        for definition, source in self._current():
+            if definition.tool_name == tool:
+                marks = getattr(source, "needs_approval", None)
+                return bool(marks(tool)) if callable(marks) else False
+        return False
+
     def cell_closed(self, cell_id: CellId) -> None:
         """Tell every source that the cell is gone."""
         for source in self._sources:

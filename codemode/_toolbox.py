@@ -68,14 +68,16 @@ RESERVED_NAMES = frozenset({"exec", "wait"})
 class _Tool:
     """One registered tool: its definition and how to call its function."""
 
-    __slots__ = ("arguments", "definition", "function", "is_async")
+    __slots__ = ("arguments", "definition", "function", "is_async", "needs_approval")
 
     def __init__(
         self,
         definition: ToolDefinition,
         function: Callable[..., Any],
         arguments: type[msgspec.Struct],
+        needs_approval: bool = False,
     ) -> None:
+        self.needs_approval = needs_approval
         self.definition = definition
         self.function = function
         self.arguments = arguments
@@ -125,7 +127,11 @@ class Toolbox:
 
     @overload
     def tool(
-        self, *, name: str | None = None, namespace: str | None = None
+        self,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
+        needs_approval: bool = False,
     ) -> Callable[[ToolFunction], ToolFunction]: ...
 
     def tool(
@@ -134,6 +140,7 @@ class Toolbox:
         *,
         name: str | None = None,
         namespace: str | None = None,
+        needs_approval: bool = False,
     ) -> Callable[..., Any]:
         """Register a function as a tool: `@toolbox.tool` or `@toolbox.tool(name=...)`.
 
@@ -148,6 +155,8 @@ class Toolbox:
             name: the tool's name (default: the function's name).
             namespace: groups the tool under a namespace (its `ToolName.namespace`); the
                 model-visible name becomes `<namespace>__<name>`.
+            needs_approval: a call of it runs only once approved (`docs/governance.md`): the
+                default policy asks the approver, and denies when there is none.
 
         Returns:
             The function itself, unchanged (or a decorator doing this, with keywords only).
@@ -160,12 +169,18 @@ class Toolbox:
         """
 
         def register(function: Callable[..., Any]) -> Callable[..., Any]:
-            self._add(function, name, namespace)
+            self._add(function, name, namespace, needs_approval)
             return function
 
         return register if function is None else register(function)
 
-    def _add(self, function: Callable[..., Any], name: str | None, namespace: str | None) -> None:
+    def _add(
+        self,
+        function: Callable[..., Any],
+        name: str | None,
+        namespace: str | None,
+        needs_approval: bool = False,
+    ) -> None:
         is_function = inspect.isfunction(function) or inspect.ismethod(function)
         if not is_function or inspect.isgeneratorfunction(function):
             raise TypeError(f"a tool must be a plain or async function, got {function!r}")
@@ -189,7 +204,14 @@ class Toolbox:
             output_schema=signature.output_schema,
         )
         check_unique([*self.definitions(), definition])
-        self._tools[definition.tool_name] = _Tool(definition, function, signature.arguments)
+        self._tools[definition.tool_name] = _Tool(
+            definition, function, signature.arguments, needs_approval
+        )
+
+    def needs_approval(self, tool: ToolName) -> bool:
+        """Whether `tool` was registered with `needs_approval=True`."""
+        found = self._tools.get(tool)
+        return found is not None and found.needs_approval
 
     def definitions(self) -> list[ToolDefinition]:
         """The tools' definitions, in the order they were registered.
@@ -208,6 +230,11 @@ class Toolbox:
         tool = self._tools.get(call.tool_name)
         if tool is None:
             raise ToolError(f"tool {call.tool_name.name} is not in this toolbox")
+        if tool.needs_approval:
+            from ._governance import NO_APPROVER, approved, denial
+
+            if approved.get() is not call:  # rule 2 of `_governance`: nobody approved it
+                raise denial(normalize_identifier(tool.definition.name), NO_APPROVER)
         arguments = tool.read_arguments(call.input)
         try:
             return msgspec.to_builtins(await tool.run(arguments))

@@ -173,6 +173,11 @@ class ToolError(CodeModeError):
         self.text = text
 
 
+class ToolDeniedError(ToolError):
+    """A nested call its policy denied (`docs/governance.md`): the tool never ran, and the
+    cell's promise rejects with an `Error` whose message is `text` (not a plain string)."""
+
+
 def tool_failure_message(tool_name: str, error: BaseException) -> str:
     """The rejection text of a tool call whose delegate raised something else than ToolError.
 
@@ -201,6 +206,9 @@ class ErrorKind(enum.StrEnum):
     """The operation was cancelled by its caller (`operation/cancel`)."""
     TOOL = "tool"
     """A delegate's rejection, handed to the JavaScript promise as its text."""
+    DENIED = "denied"
+    """A call its policy denied: the promise rejects with an `Error` of that message (only
+    with the tool-denial capability)."""
     INTERNAL = "internal"
     """A failure the caller did not cause (a bug in the host or the delegate)."""
 
@@ -215,6 +223,7 @@ _KINDS: dict[type[CodeModeError], ErrorKind] = {
     InvalidRequestError: ErrorKind.INVALID_REQUEST,
     AdmissionError: ErrorKind.ADMISSION,
     ToolError: ErrorKind.TOOL,
+    ToolDeniedError: ErrorKind.DENIED,
 }
 
 

@@ -57,7 +57,7 @@ from codemode import (
     Yielded,
 )
 from codemode._trio import CallWorkers, OneShot
-from codemode.errors import ErrorKind, error_kind
+from codemode.errors import ErrorKind, ToolDeniedError, error_kind
 from codemode.observability import (
     CellReport,
     TraceContext,
@@ -448,13 +448,14 @@ def _nothing() -> None:
     """The cancel of a call that was answered when it was sent."""
 
 
-def _tool_outcome(result: DelegateResult) -> tuple[JsonValue, str | None]:
-    """A tool call's answer from the client: (its result, None), or (None, the rejection)."""
+def _tool_outcome(result: DelegateResult) -> tuple[JsonValue, str | None, bool]:
+    """A tool call's answer from the client: (its result, None, False), or (None, the
+    rejection, whether it is a denial: an `Error` in the cell)."""
     if isinstance(result, Err):
-        return None, result.message
+        return None, result.message, result.kind is ErrorKind.DENIED
     if not isinstance(result.value, ToolResult):
-        return None, "code-mode client returned an invalid tool result"
-    return result.value.result, None
+        return None, "code-mode client returned an invalid tool result", False
+    return result.value.result, None, False
 
 
 class _RemoteDelegate:
@@ -484,7 +485,7 @@ class _RemoteDelegate:
             record_host_metrics(self._telemetry, report)
 
     def forward_tool(
-        self, call: NestedToolCall, answer: Callable[[JsonValue, str | None], None]
+        self, call: NestedToolCall, answer: Callable[[JsonValue, str | None, bool], None]
     ) -> Callable[[], None]:
         """How the runtime calls a tool here (rule 6 of its `_calls`): no task, the answer is
         a callback."""
@@ -498,11 +499,11 @@ class _RemoteDelegate:
     async def invoke_tool(self, call: NestedToolCall) -> JsonValue:
         """`SessionDelegate`'s way, as a task (the runtime forwards instead)."""
         request = ToolInvoke(invocation=call)
-        value, rejection = _tool_outcome(
+        value, rejection, denied = _tool_outcome(
             await self._requests.call_client(self._session_id, call.cell_id, request)
         )
         if rejection is not None:
-            raise ToolError(rejection)
+            raise ToolDeniedError(rejection) if denied else ToolError(rejection)
         return value
 
     async def notify(self, call_id: str, cell_id: str, text: str) -> None:

@@ -277,7 +277,7 @@ async def test_an_unknown_way_to_settle_is_refused(engine: Engine) -> None:
     with trio.fail_after(10), engine.start_cell("await tools.t()", tools=[CellTool("t")]) as cell:
         await wait_for(cell, lambda e: isinstance(e, ToolCallRequested))
         with pytest.raises(ValueError, match="settle must be 0"):
-            cell._native.settle_tool(1, 3, b"x")
+            cell._native.settle_tool(1, 4, b"x")
         cell.settle_tool_call_with_text(1, b"ok")
         events = await wait_for(cell, is_finished)
     assert without_heap(events[-1]) == Finished(Outcome.OK, None)
@@ -983,3 +983,17 @@ async def test_what_a_function_run_after_dispatch_raises_is_logged_and_the_engin
                     await trio.lowlevel.checkpoint()
             run = await run_cell(engine, 'text("still served")')
     assert run.texts == ["still served"]
+
+
+async def test_a_denied_call_rejects_with_an_error_of_the_cells_realm(engine: Engine) -> None:
+    source = (
+        "try { await tools.t() } catch (e) {"
+        " text(String(e instanceof Error) + ' ' + Object.getPrototypeOf(e).constructor.name"
+        " + ' ' + e.message) }"
+    )
+    with trio.fail_after(10), engine.start_cell(source, tools=[CellTool("t")]) as cell:
+        await wait_for(cell, lambda e: isinstance(e, ToolCallRequested))
+        cell.reject_tool_call_with_error(1, "tool tools.t was denied: no")
+        events = await wait_for(cell, is_finished)
+    texts = [event.text for event in events if isinstance(event, TextOutput)]
+    assert texts == ["true Error tool tools.t was denied: no"]

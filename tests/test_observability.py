@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import trio
@@ -590,6 +590,7 @@ def test_a_global_provider_set_after_import_is_found() -> None:
 
 async def test_an_mcp_clients_traceparent_continues_into_the_cell(traced: Traced) -> None:
     from mcp import Client
+    from mcp_types import RequestParamsMeta
 
     from codemode.mcp._serve import open_code_mode_service
 
@@ -601,7 +602,8 @@ async def test_an_mcp_clients_traceparent_continues_into_the_cell(traced: Traced
             open_code_mode_service(provider, Toolbox()) as service,
             Client(service.server(), mode="legacy") as client,
         ):
-            await client.call_tool("exec", {"code": "text(1)"}, meta={"traceparent": traceparent})
+            meta = cast(RequestParamsMeta, {"traceparent": traceparent})
+            await client.call_tool("exec", {"code": "text(1)"}, meta=meta)
             await client.call_tool("exec", {"code": "text(2)"})  # no trace sent: a root span
     first, second = sorted(traced.spans("code_mode.exec"), key=lambda span: span.start_time or 0)
     assert first.context.trace_id == remote.get_span_context().trace_id

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import cast
 
 import pytest
 import trio
@@ -145,13 +146,13 @@ async def test_the_tree_reaches_an_otlp_receiver_across_the_pipe_and_the_socket(
         with trio.fail_after(BOUND):
             if kind == "process":
                 host = [sys.executable, "-m", "codemode_host", "--otel"]
-                async with codemode.open_process_provider(host) as provider:
-                    await one_turn(provider)
+                async with codemode.open_process_provider(host) as spawned:
+                    await one_turn(spawned)
                 # Leaving the block closed the host, which flushed its telemetry as it exited.
             else:
                 async with listening_host("--otel") as running:
-                    async with codemode.open_remote_provider([running.address]) as provider:
-                        await one_turn(provider)
+                    async with codemode.open_remote_provider([running.address]) as remote:
+                        await one_turn(remote)
                     assert await running.stop() == 0  # SIGTERM: it flushes, then exits
     finally:
         observability.restore(previous)
@@ -223,6 +224,7 @@ async def test_codemode_mcp_serve_otel_continues_a_clients_trace(receiver: Recei
     import os
 
     from mcp import Client, StdioServerParameters
+    from mcp_types import RequestParamsMeta
 
     from tests.typecheck import ROOT
 
@@ -236,7 +238,7 @@ async def test_codemode_mcp_serve_otel_continues_a_clients_trace(receiver: Recei
     )
     with trio.fail_after(BOUND):
         async with Client(server) as client:
-            meta = {"traceparent": f"00-{trace_id}-{parent}-01"}
+            meta = cast(RequestParamsMeta, {"traceparent": f"00-{trace_id}-{parent}-01"})
             await client.call_tool("exec", {"code": "text(1)"}, meta=meta)
     # The server flushed its spans as it exited (the client closed its stdin).
     spans = {

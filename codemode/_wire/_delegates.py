@@ -29,9 +29,10 @@ import trio
 from .._api import SessionDelegate
 from .._text import well_formed
 from .._trio import CLEANUP_GRACE, CallbackGroup, CallWorkers, DelegateCall, contained
-from ..errors import ErrorKind, ToolError, tool_failure_message
+from ..errors import ErrorKind, ToolDeniedError, ToolError, tool_failure_message
 from ..observability import CellReport, CellTrace
 from ..protocol import (
+    DENIAL_CAPABILITY,
     ClientConnection,
     DelegateRequested,
     Err,
@@ -182,6 +183,10 @@ class ClientCells:
         self._calls[event.call_id] = cell.calls.start(self._run_call, event, cell)
         return True
 
+    def _denials(self) -> bool:
+        """Whether the host takes the `denied` kind (`DENIAL_CAPABILITY`)."""
+        return DENIAL_CAPABILITY in self._connection.capabilities
+
     def cancel_call(self, call_id: int) -> None:
         call = self._calls.pop(call_id, None)
         if call is not None:
@@ -198,8 +203,11 @@ class ClientCells:
                 await cell.delegate.notify(request.call_id, cell.public_id, request.text)
                 result = Ok(value=NotificationDelivered())
         except ToolError as error:
-            # Repaired as the in-process engine reads it, so both providers reject alike.
-            result = Err(kind=ErrorKind.TOOL, message=well_formed(error.text))
+            # Repaired as the in-process engine reads it, so both providers reject alike. A
+            # denial is one only for a host that knows the kind (the capability rule).
+            denied = isinstance(error, ToolDeniedError) and self._denials()
+            kind = ErrorKind.DENIED if denied else ErrorKind.TOOL
+            result = Err(kind=kind, message=well_formed(error.text))
         except BaseException as error:
             if not contained(error):
                 raise  # the call's own cancellation (rule 5)

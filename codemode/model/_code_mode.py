@@ -27,19 +27,29 @@ from typing import Any, ClassVar
 import trio
 
 from .._api import (
+    Completed,
     ExecuteRequest,
+    InputText,
     Pending,
     RuntimeResponse,
     Session,
     SessionDelegate,
+    Terminated,
     ToolDefinition,
     WaitOutcome,
     WaitRequest,
     Yielded,
 )
+from .._governance import (
+    Approver,
+    GovernedTools,
+    JournalEntry,
+    ToolPolicy,
+    governed,
+)
 from .._limits import MAX_YIELD_TIME_MS
 from .._text import well_formed
-from ..errors import CodeModeError
+from ..errors import CodeModeError, HostLostError, RuntimeReplacedError
 from ..observability import ModelSpan, model_span
 from ._arguments import ArgumentsError, WaitArguments, exec_text, wait_arguments
 from ._descriptions import (
@@ -81,13 +91,19 @@ class CodeMode:
         min_yield_time_ms: the shortest observation window a model may ask for (None: any).
         max_empty_wait_ms: how long a `wait` keeps observing a running cell that has no new
             output, in total (None: it answers when its window ends).
+        policy: decides each nested call (`docs/governance.md`; default `DefaultPolicy`:
+            tools marked `needs_approval` are asked for, the rest allowed).
+        approver: answers the policy's asks (without one, an ask is a denial).
+
+    The delegate is wrapped in `governed(delegate, policy=..., approver=...)` unless it is a
+    `GovernedTools` already (then `policy` and `approver` must not be given).
 
     Raises:
         ValueError: a `min_yield_time_ms` or `max_empty_wait_ms` below 0 or past
-            `MAX_YIELD_TIME_MS`.
+            `MAX_YIELD_TIME_MS`; `policy` or `approver` with a governed delegate.
 
     Every method may be called concurrently with the others (a model may call tools in
-    parallel); `CodeMode` keeps no state of its own between calls.
+    parallel); `CodeMode` keeps no state between calls but the recent cells' journals.
     """
 
     tool_names: ClassVar[tuple[str, str]] = (EXEC_TOOL_NAME, WAIT_TOOL_NAME)
@@ -103,6 +119,8 @@ class CodeMode:
         deferred_tools_available: bool = False,
         min_yield_time_ms: int | None = None,
         max_empty_wait_ms: int | None = None,
+        policy: ToolPolicy | None = None,
+        approver: Approver | None = None,
     ) -> None:
         for name, value in (
             ("min_yield_time_ms", min_yield_time_ms),
@@ -113,13 +131,28 @@ class CodeMode:
             if value is not None and value > MAX_YIELD_TIME_MS:
                 raise ValueError(f"{name} must be at most {MAX_YIELD_TIME_MS}, got {value}")
         self._session = session
-        self._delegate = delegate
         self._tools = list(tools)
+        if isinstance(delegate, GovernedTools):
+            if policy is not None or approver is not None:
+                raise ValueError("the delegate is governed already: give it the policy")
+            self._governed = delegate
+        else:
+            self._governed = governed(
+                delegate,
+                policy=policy,
+                approver=approver,
+                definitions=self._tools,
+            )
+        self._delegate: SessionDelegate = self._governed
         self._enabled = [augment_tool_definition(tool) for tool in self._tools]
         self._namespaces = dict(namespace_descriptions or {})
         self._deferred = deferred_tools_available
         self._min_yield_time_ms = min_yield_time_ms
         self._max_empty_wait_ms = max_empty_wait_ms
+
+    def journal(self, cell_id: str) -> list[JournalEntry]:
+        """The nested calls of a cell this `CodeMode` started, oldest first."""
+        return self._governed.journal(cell_id)
 
     def exec_description(self) -> str:
         """The `exec` tool's description, with the declarations of the nested tools."""
@@ -200,14 +233,14 @@ class CodeMode:
                 yield_time_ms=self._window(source.yield_time_ms),
                 max_output_tokens=source.max_output_tokens,
             )
-            started = await self._session.execute(request, self._delegate)
+            started = await self._session.execute(request, self._governed.for_source(source.code))
         except CodeModeError as error:
             return error_output(str(error), tool="exec")
         try:
             try:
                 response = await started.initial_response()
             except CodeModeError as error:
-                return error_output(str(error), tool="exec", cell_id=started.cell_id)
+                return self._stopped(error, "exec", started.cell_id)
             return await self._format(response, started_at, source.max_output_tokens, "exec", span)
         except BaseException:
             await self._abandon(started.cell_id)
@@ -240,7 +273,7 @@ class CodeMode:
             else:
                 outcome = await self._observe(parsed, started_at)
         except CodeModeError as error:
-            return error_output(str(error), tool="wait", cell_id=parsed.cell_id)
+            return self._stopped(error, "wait", parsed.cell_id)
         response = outcome.response
         assert not isinstance(response, Pending), "only the frontier operations return one"
         return await self._format(response, started_at, parsed.max_tokens, "wait", span)
@@ -279,6 +312,10 @@ class CodeMode:
         items = response.content_items
         if has_images(items):
             items = await trio.to_thread.run_sync(prepare_images, items)
+        if _stopped_short(response):
+            line = journal_line(self._governed.journal(response.cell_id))
+            if line is not None:
+                items = [*items, InputText(text=line)]
         if span.recording:
             budget = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
             span.set("codemode.output.max_tokens", budget)
@@ -291,9 +328,54 @@ class CodeMode:
             tool=tool,
         )
 
+    def _stopped(self, error: CodeModeError, tool: ToolKindName, cell_id: str) -> ToolOutput:
+        """A tool-level error; when the cell's runtime went away, with its calls' journal."""
+        text = str(error)
+        if isinstance(error, HostLostError | RuntimeReplacedError):
+            line = journal_line(self._governed.journal(cell_id))
+            if line is not None:
+                text = f"{text}\n{line}"
+        return error_output(text, tool=tool, cell_id=cell_id)
+
     async def _abandon(self, cell_id: str) -> None:
         with trio.CancelScope(shield=True), trio.move_on_after(ABANDON_TIMEOUT):
             try:
                 await self._session.terminate(cell_id)
             except CodeModeError:
                 pass  # the cell or its host is gone already: nothing is left to stop
+
+
+_STOPPED_SHORT = (
+    "exec cell exceeded its",  # CPU and wall-time limits
+    "InternalError: out of memory",  # the heap limit and the host's heap budget
+    "exec runtime ended unexpectedly",
+)
+
+
+def _stopped_short(response: RuntimeResponse) -> bool:
+    """The cell did not end by itself: terminated, or cut off by a limit."""
+    if isinstance(response, Terminated):
+        return True
+    return (
+        isinstance(response, Completed)
+        and response.error_text is not None
+        and response.error_text.startswith(_STOPPED_SHORT)
+    )
+
+
+def journal_line(entries: list[JournalEntry]) -> str | None:
+    """What the model reads about the calls of a cell that did not end cleanly: those that
+    completed or were running, so it knows which effects may have happened before it retries
+    (`docs/governance.md`); None when there were none."""
+    parts = []
+    for entry in entries:
+        call = entry.call_id.replace("tool-", "call ")
+        if entry.outcome == "completed":
+            parts.append(f"tools.{entry.tool} ({call}) completed")
+        elif entry.outcome in ("running", "cancelled while running"):
+            parts.append(f"tools.{entry.tool} ({call}) was running and may have taken effect")
+        elif entry.outcome == "failed":
+            parts.append(f"tools.{entry.tool} ({call}) failed")
+    if not parts:
+        return None
+    return f"Tool calls before the cell stopped: {'; '.join(parts)}."

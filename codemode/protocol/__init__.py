@@ -37,6 +37,7 @@ from ._events import InitialAnswered as InitialAnswered
 from ._events import PreemptRequested as PreemptRequested
 from ._events import RequestReceived as RequestReceived
 from ._messages import CAPABILITIES as CAPABILITIES
+from ._messages import DENIAL_CAPABILITY as DENIAL_CAPABILITY
 from ._messages import HEARTBEAT_CAPABILITY as HEARTBEAT_CAPABILITY
 from ._messages import INVENTORY_CAPABILITY as INVENTORY_CAPABILITY
 from ._messages import LIMITS_CAPABILITY as LIMITS_CAPABILITY

@@ -54,6 +54,9 @@ noticed even when its socket stays open (docs/protocol.md, "Heartbeats")."""
 TRACE_CAPABILITY = "trace-context"
 """Enables the `trace` field of execute and wait requests (a W3C trace context) and the
 `report` field of `cell/closed` (the runtime's `CellReport`): docs/observability.md."""
+DENIAL_CAPABILITY = "tool-denial"
+"""Allows the `denied` error kind on a tool call's `delegate/response`: the call's policy denied
+it, and the cell's promise rejects with an `Error` (docs/governance.md)."""
 CAPABILITIES = (
     LIMITS_CAPABILITY,
     PENDING_FRONTIER_CAPABILITY,
@@ -61,6 +64,7 @@ CAPABILITIES = (
     INVENTORY_CAPABILITY,
     HEARTBEAT_CAPABILITY,
     TRACE_CAPABILITY,
+    DENIAL_CAPABILITY,
 )
 """Everything this version of codemode speaks, host and client alike."""
 

@@ -32,6 +32,7 @@ from ._events import CellEvent, Finished
 _SETTLE_REJECT = 0
 _SETTLE_JSON = 1
 _SETTLE_TEXT = 2
+_SETTLE_REJECT_ERROR = 3
 
 
 class EngineCell:
@@ -149,6 +150,14 @@ class EngineCell:
         `text_utf8`, as `settle_tool_call` with its JSON would, without the JSON (a large
         string result costs a copy instead of an escaping pass and a parse)."""
         self._native.settle_tool(call_id, _SETTLE_TEXT, text_utf8)
+        self.commands_submitted += 1
+
+    def reject_tool_call_with_error(self, call_id: int, message: str) -> None:
+        """Reject the promise of tool call `call_id` with an `Error` whose message is
+        `message` (a denied call: docs/governance.md), encoded as `reject_tool_call`'s text."""
+        self._native.settle_tool(
+            call_id, _SETTLE_REJECT_ERROR, message.encode(errors="surrogatepass")
+        )
         self.commands_submitted += 1
 
     def reject_tool_call(self, call_id: int, error_text: str) -> None:

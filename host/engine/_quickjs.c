@@ -116,7 +116,7 @@
 enum command_kind { CMD_START, CMD_SETTLE_TOOL, CMD_FIRE_TIMER, CMD_WAKE, CMD_CLOSE };
 
 /* How CMD_SETTLE_TOOL settles its call; the prelude's dispatcher takes the same numbers. */
-enum settle_kind { SETTLE_REJECT = 0, SETTLE_JSON = 1, SETTLE_TEXT = 2 };
+enum settle_kind { SETTLE_REJECT = 0, SETTLE_JSON = 1, SETTLE_TEXT = 2, SETTLE_REJECT_ERROR = 3 };
 
 typedef struct command {
     struct command *next;
@@ -1804,7 +1804,9 @@ static bool configure_globals(cell_t *c, const char *json, size_t len)
 }
 
 /* Settles tool call `tool-<id>`: rejects it with an error text (SETTLE_REJECT), resolves it
-   with the value of a JSON text (SETTLE_JSON) or with a text itself (SETTLE_TEXT, rule 3).
+   with the value of a JSON text (SETTLE_JSON) or with a text itself (SETTLE_TEXT, rule 3), or
+   rejects it with an `Error` of the cell's realm whose message is the text (SETTLE_REJECT_ERROR:
+   a denied call, which the cell catches as an Error, not as the reference's plain string).
    False with an exception pending, which fails the cell. */
 static bool settle_tool_call(cell_t *c, command_t *cmd)
 {
@@ -1831,9 +1833,22 @@ static bool settle_tool_call(cell_t *c, command_t *cmd)
         value = JS_ParseJSON(ctx, cmd->data, cmd->len, "<input>");
     else
         value = JS_NewStringLen(ctx, cmd->data, cmd->len);
-    JSValue fn = JS_IsException(value)
-                     ? JS_EXCEPTION
-                     : JS_GetPropertyUint32(ctx, pair, cmd->settle == SETTLE_REJECT ? 1 : 0);
+    bool reject = cmd->settle == SETTLE_REJECT || cmd->settle == SETTLE_REJECT_ERROR;
+    if (cmd->settle == SETTLE_REJECT_ERROR && !JS_IsException(value)) {
+        JSValue error = JS_NewError(ctx);
+        if (JS_IsException(error)) {
+            JS_FreeValue(ctx, value);
+            value = JS_EXCEPTION;
+        } else if (JS_DefinePropertyValueStr(ctx, error, "message", value,
+                                             JS_PROP_WRITABLE | JS_PROP_CONFIGURABLE) < 0) {
+            JS_FreeValue(ctx, error); /* the message was freed by the failed definition */
+            value = JS_EXCEPTION;
+        } else {
+            value = error;
+        }
+    }
+    JSValue fn = JS_IsException(value) ? JS_EXCEPTION
+                                       : JS_GetPropertyUint32(ctx, pair, reject ? 1 : 0);
     JSValue r = JS_IsException(fn) ? JS_EXCEPTION
                                    : JS_Call(ctx, fn, JS_UNDEFINED, 1, (JSValueConst *)&value);
     JS_FreeValue(ctx, fn);
@@ -3195,9 +3210,12 @@ static PyObject *Cell_settle_tool(CellObject *self, PyObject *args)
     Py_buffer payload;
     if (!PyArg_ParseTuple(args, "Liy*", &call_id, &settle, &payload))
         return NULL;
-    if (settle != SETTLE_REJECT && settle != SETTLE_JSON && settle != SETTLE_TEXT) {
+    if (settle != SETTLE_REJECT && settle != SETTLE_JSON && settle != SETTLE_TEXT &&
+        settle != SETTLE_REJECT_ERROR) {
         PyBuffer_Release(&payload);
-        PyErr_Format(PyExc_ValueError, "settle must be 0 (reject), 1 (JSON) or 2 (text), not %d",
+        PyErr_Format(PyExc_ValueError,
+                     "settle must be 0 (reject), 1 (JSON), 2 (text) or 3 (reject with an Error), "
+                     "not %d",
                      settle);
         return NULL;
     }

@@ -46,7 +46,7 @@ from codemode_host.engine import EngineCell, EngineClosedError, ToolCallRequeste
 
 from codemode import ExecuteRequest, JsonValue, NestedToolCall, SessionDelegate, ToolError
 from codemode._trio import CLEANUP_GRACE, CallbackGroup, CallWorkers, contained
-from codemode.errors import TOO_MANY_CALLS, tool_failure_message
+from codemode.errors import TOO_MANY_CALLS, ToolDeniedError, tool_failure_message
 
 from ._admission import Admission
 
@@ -79,8 +79,9 @@ def _encode_result(result: JsonValue) -> _Result:
     return _encode_json(result), False
 
 
-ToolAnswer = Callable[[JsonValue, str | None], None]
-"""A forwarded call's outcome: (result, None) resolves its promise, (None, text) rejects it."""
+ToolAnswer = Callable[[JsonValue, str | None, bool], None]
+"""A forwarded call's outcome: (result, None, False) resolves its promise, (None, text, False)
+rejects it with the text, (None, text, True) with an `Error` of that message (denied)."""
 
 
 class ToolForwarder(Protocol):
@@ -295,13 +296,18 @@ class CellCalls:
             self._forwarded[call_id] = cancel
 
     def _forwarded_answer(
-        self, call_id: int, tool_name: str, result: JsonValue, rejection: str | None
+        self,
+        call_id: int,
+        tool_name: str,
+        result: JsonValue,
+        rejection: str | None,
+        as_error: bool = False,
     ) -> None:
         if self._forwarded.pop(call_id, None) is None:
             return  # cancelled first: a late answer is dropped
         self._tool_ended()
         if rejection is not None:
-            self._answer(call_id, rejection=rejection)
+            self._answer(call_id, rejection=rejection, as_error=as_error)
             return
         try:
             payload = _encode_result(result)
@@ -321,7 +327,7 @@ class CellCalls:
             result = await self._delegate.invoke_tool(call)
             payload = _encode_result(result)
         except ToolError as error:
-            self._answer(call_id, rejection=error.text)
+            self._answer(call_id, rejection=error.text, as_error=isinstance(error, ToolDeniedError))
         except BaseException as error:
             if not contained(error):
                 raise  # the call's own cancellation
@@ -333,14 +339,21 @@ class CellCalls:
             self._answer(call_id, result=payload)
 
     def _answer(
-        self, call_id: int, *, result: _Result | None = None, rejection: str | None = None
+        self,
+        call_id: int,
+        *,
+        result: _Result | None = None,
+        rejection: str | None = None,
+        as_error: bool = False,
     ) -> None:
         if self._made_ns is not None and (made := self._made_ns.pop(call_id, None)):
             self.round_trips_ns.append(time.time_ns() - made)
         if self._accepting():
-            self._submit(lambda: self._settle(call_id, result, rejection))
+            self._submit(lambda: self._settle(call_id, result, rejection, as_error))
 
-    def _settle(self, call_id: int, result: _Result | None, rejection: str | None) -> None:
+    def _settle(
+        self, call_id: int, result: _Result | None, rejection: str | None, as_error: bool
+    ) -> None:
         if not self._accepting():
             return  # rule 2: a late answer for a cell that ended is discarded
         try:
@@ -352,7 +365,10 @@ class CellCalls:
                     self._engine_cell.settle_tool_call(call_id, payload)
             else:
                 assert rejection is not None
-                self._engine_cell.reject_tool_call(call_id, rejection)
+                if as_error:
+                    self._engine_cell.reject_tool_call_with_error(call_id, rejection)
+                else:
+                    self._engine_cell.reject_tool_call(call_id, rejection)
         except EngineClosedError:
             pass  # the engine is closing: the cell is about to end anyway
 

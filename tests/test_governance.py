@@ -1,0 +1,306 @@
+"""Governed nested calls (`codemode._governance`, docs/governance.md): the policy's decisions,
+approvals, hooks and the journal, with the real engine on every provider row."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+import codemode
+from codemode import (
+    Allow,
+    ApprovalRequest,
+    Approve,
+    Ask,
+    CodeMode,
+    Deny,
+    ExecuteRequest,
+    NestedToolCall,
+    PolicyBase,
+    Provider,
+    Toolbox,
+    governed,
+)
+from codemode._governance import NO_APPROVER, Decision, Verdict
+
+BOUND = 30
+
+
+class Tools:
+    """A toolbox with a dangerous tool (marked) and harmless ones, recording what ran."""
+
+    def __init__(self) -> None:
+        self.ran: list[tuple[str, Any]] = []
+        self.charge_started = trio.Event()
+        self.toolbox = Toolbox()
+
+        @self.toolbox.tool(needs_approval=True)
+        async def send_mail(to: str) -> str:
+            """Sends a mail."""
+            self.ran.append(("send_mail", to))
+            return f"sent to {to}"
+
+        @self.toolbox.tool
+        async def lookup(key: str) -> str:
+            """Looks a key up."""
+            self.ran.append(("lookup", key))
+            return f"value of {key}"
+
+        @self.toolbox.tool
+        async def charge_card(amount: int) -> str:
+            """Charges a card; never returns."""
+            self.ran.append(("charge_card", amount))
+            self.charge_started.set()
+            await trio.sleep_forever()
+
+
+async def _run(code_mode: CodeMode, source: str) -> str:
+    output = await code_mode.exec("call-1", source)
+    return output.text
+
+
+async def test_a_marked_tool_is_denied_without_an_approver(provider: Provider) -> None:
+    tools = Tools()
+    with trio.fail_after(BOUND):
+        session = await provider.create_session()
+        code_mode = CodeMode(session, tools.toolbox, tools.toolbox.definitions())
+        text = await _run(
+            code_mode,
+            'try { await tools.send_mail({ to: "a@b" }); } catch (e) { text(e.message); }'
+            ' text(await tools.lookup({ key: "k" }));',
+        )
+    assert text.endswith(f"tool tools.send_mail was denied: {NO_APPROVER}\nvalue of k")
+    assert tools.ran == [("lookup", "k")]
+    assert [(e.tool, e.outcome) for e in code_mode.journal("1")] == [
+        ("send_mail", "denied"),
+        ("lookup", "completed"),
+    ]
+
+
+async def test_a_toolbox_handed_to_a_session_ungoverned_still_refuses_a_marked_tool() -> None:
+    tools = Tools()
+    with trio.fail_after(BOUND):
+        async with codemode.open_in_process_provider() as provider:
+            session = await provider.create_session()
+            started = await session.execute(
+                ExecuteRequest(
+                    tool_call_id="c",
+                    source='try { await tools.send_mail({ to: "x" }) } catch (e) { text(e.message) }',
+                    enabled_tools=tools.toolbox.definitions(),
+                ),
+                tools.toolbox,
+            )
+            response = await started.initial_response()
+    assert response.content_items[-1] == codemode.InputText(
+        text=f"tool tools.send_mail was denied: {NO_APPROVER}"
+    )
+    assert tools.ran == []
+
+
+@pytest.mark.parametrize("answer", ["approve", "deny"])
+async def test_ask_then_approve_or_deny_while_sibling_calls_complete(
+    provider: Provider, answer: str
+) -> None:
+    tools = Tools()
+    asked: list[ApprovalRequest] = []
+    decide = trio.Event()
+
+    async def approver(request: ApprovalRequest) -> Verdict:
+        asked.append(request)
+        await decide.wait()  # the sibling call completes meanwhile
+        return Approve() if answer == "approve" else Deny("the user said no")
+
+    source = """
+const [mail, value] = await Promise.allSettled([
+  tools.send_mail({ to: "boss@example.com" }),
+  tools.lookup({ key: "k" }).then((v) => { text("sibling done: " + v); return v; }),
+]);
+text(mail.status === "fulfilled" ? mail.value : mail.reason.message);
+"""
+    with trio.fail_after(BOUND):
+        session = await provider.create_session()
+        code_mode = CodeMode(session, tools.toolbox, tools.toolbox.definitions(), approver=approver)
+        async with trio.open_nursery() as nursery:
+            result: list[str] = []
+
+            async def run() -> None:
+                result.append(
+                    await _run(code_mode, '// @exec: {"yield_time_ms": 60000}\n' + source)
+                )
+
+            nursery.start_soon(run)
+            while ("lookup", "k") not in tools.ran:
+                await trio.testing.wait_all_tasks_blocked()
+            decide.set()
+    (request,) = asked
+    assert request.identifier == "send_mail"
+    assert request.arguments == {"to": "boss@example.com"}
+    assert request.call_id == "tool-1"
+    assert request.source is not None
+    assert "Promise.allSettled" in request.source
+    lines = result[0].splitlines()
+    assert "sibling done: value of k" in lines
+    if answer == "approve":
+        assert lines[-1] == "sent to boss@example.com"
+        assert ("send_mail", "boss@example.com") in tools.ran
+    else:
+        assert lines[-1] == "tool tools.send_mail was denied: the user said no"
+        assert ("send_mail", "boss@example.com") not in tools.ran
+
+
+async def test_an_ask_that_times_out_is_denied() -> None:
+    class AskBriefly(PolicyBase):
+        async def decide(self, call: NestedToolCall) -> Decision:
+            return Ask(timeout_s=0.05)
+
+    async def never(request: ApprovalRequest) -> Verdict:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    tools = Tools()
+    with trio.fail_after(BOUND):
+        async with codemode.open_in_process_provider() as provider:
+            session = await provider.create_session()
+            code_mode = CodeMode(
+                session,
+                tools.toolbox,
+                tools.toolbox.definitions(),
+                policy=AskBriefly(),
+                approver=never,
+            )
+            text = await _run(
+                code_mode, 'try { await tools.lookup({ key: "k" }) } catch (e) { text(e.message) }'
+            )
+    assert text.endswith("tool tools.lookup was denied: no decision in time")
+    assert tools.ran == []
+
+
+async def test_hooks_rewrite_arguments_and_redact_results(provider: Provider) -> None:
+    class Redacting(PolicyBase):
+        async def decide(self, call: NestedToolCall) -> Decision:
+            if call.input == {"key": "forbidden"}:
+                return Deny("that key is off limits")
+            return Allow()
+
+        async def before_call(self, call: NestedToolCall) -> Any:
+            return {"key": call.input["key"].lower()}  # a validated, normalised copy
+
+        async def after_call(
+            self, call: NestedToolCall, result: Any, error: BaseException | None
+        ) -> Any:
+            return result.replace("value", "[redacted]")
+
+    tools = Tools()
+    with trio.fail_after(BOUND):
+        session = await provider.create_session()
+        code_mode = CodeMode(
+            session, tools.toolbox, tools.toolbox.definitions(), policy=Redacting()
+        )
+        text = await _run(
+            code_mode,
+            'text(await tools.lookup({ key: "LOUD" }));'
+            ' try { await tools.lookup({ key: "forbidden" }) } catch (e) { text(e.message) }',
+        )
+    assert text.splitlines()[-2:] == [
+        "[redacted] of loud",
+        "tool tools.lookup was denied: that key is off limits",
+    ]
+    assert tools.ran == [("lookup", "loud")]
+
+
+async def test_the_journal_and_the_models_line_after_a_terminate(provider: Provider) -> None:
+    tools = Tools()
+    with trio.fail_after(BOUND):
+        session = await provider.create_session()
+        code_mode = CodeMode(session, tools.toolbox, tools.toolbox.definitions())
+        first = await code_mode.exec(
+            "call-1",
+            '// @exec: {"yield_time_ms": 0}\n'
+            'await tools.lookup({ key: "a" }); await tools.charge_card({ amount: 5 });',
+        )
+        assert first.status == "running"
+        await tools.charge_started.wait()
+        stopped = await code_mode.wait({"cell_id": first.cell_id, "terminate": True})
+    assert stopped.status == "terminated"
+    assert stopped.text.splitlines()[-1] == (
+        "Tool calls before the cell stopped: tools.lookup (call 1) completed;"
+        " tools.charge_card (call 2) was running and may have taken effect."
+    )
+    journal = code_mode.journal(first.cell_id or "")
+    assert [(e.tool, e.call_id, e.outcome) for e in journal] == [
+        ("lookup", "tool-1", "completed"),
+        ("charge_card", "tool-2", "cancelled while running"),
+    ]
+    assert all(e.ended is not None and e.ended >= e.started for e in journal)
+
+
+async def test_a_raw_delegate_can_be_governed_too() -> None:
+    class Plain:
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+
+        async def invoke_tool(self, call: NestedToolCall) -> Any:
+            self.calls.append(call.tool_name.name)
+            return "ok"
+
+        async def notify(self, call_id: str, cell_id: str, text: str) -> None:
+            pass
+
+        def cell_closed(self, cell_id: str) -> None:
+            pass
+
+    class DenyDelete(PolicyBase):
+        async def decide(self, call: NestedToolCall) -> Decision:
+            return Deny("deleting is not allowed") if call.tool_name.name == "delete" else Allow()
+
+    plain = Plain()
+    definitions = [
+        codemode.ToolDefinition(name=name, tool_name=codemode.ToolName(name=name))
+        for name in ("delete", "read")
+    ]
+    delegate = governed(plain, policy=DenyDelete(), definitions=definitions)
+    with trio.fail_after(BOUND):
+        async with codemode.open_in_process_provider() as provider:
+            session = await provider.create_session()
+            started = await session.execute(
+                ExecuteRequest(
+                    tool_call_id="c",
+                    source="try { await tools.delete({}) } catch (e) { text(e.message) }"
+                    " text(await tools.read({}))",
+                    enabled_tools=definitions,
+                ),
+                delegate,
+            )
+            response = await started.initial_response()
+    texts = [item.text for item in response.content_items if isinstance(item, codemode.InputText)]
+    assert texts == ["tool tools.delete was denied: deleting is not allowed", "ok"]
+    assert plain.calls == ["read"]
+    assert [e.outcome for e in delegate.journal("1")] == ["denied", "completed"]
+
+
+def test_a_governed_delegate_takes_no_second_policy() -> None:
+    tools = Tools()
+    delegate = governed(tools.toolbox)
+
+    class Session:  # never called: the constructor refuses first
+        pass
+
+    with pytest.raises(ValueError, match="the delegate is governed already"):
+        CodeMode(Session(), delegate, [], policy=PolicyBase())  # type: ignore[arg-type]
+
+
+def test_a_combined_toolbox_reports_its_sources_marks() -> None:
+    tools = Tools()
+    other = Toolbox()
+
+    @other.tool
+    def harmless() -> str:
+        """Harmless."""
+        return "ok"
+
+    combined = codemode.combine(tools.toolbox, other)
+    assert combined.needs_approval(codemode.ToolName(name="send_mail"))
+    assert not combined.needs_approval(codemode.ToolName(name="harmless"))
+    assert not combined.needs_approval(codemode.ToolName(name="missing"))
