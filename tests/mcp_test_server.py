@@ -23,7 +23,14 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 OBJECT: dict[str, Any] = {"type": "object", "properties": {}}
-TOOLS = ["fail", "refuse", "block", "wait_blocked", "wait_cancelled", "exit", "pid", "add_tool"]
+TOOLS = [
+    "fail", "refuse", "block", "wait_blocked", "wait_cancelled", "exit", "pid", "add_tool",
+    "wipe", "peek",
+]  # fmt: skip
+ANNOTATIONS = {
+    "wipe": types.ToolAnnotations(destructive_hint=True),
+    "peek": types.ToolAnnotations(destructive_hint=True, read_only_hint=True),
+}
 
 
 class State:
@@ -44,7 +51,10 @@ async def list_tools(
     ctx: Any, params: types.PaginatedRequestParams | None
 ) -> types.ListToolsResult:
     return types.ListToolsResult(
-        tools=[types.Tool(name=name, input_schema=OBJECT) for name in STATE.tools]
+        tools=[
+            types.Tool(name=name, input_schema=OBJECT, annotations=ANNOTATIONS.get(name))
+            for name in STATE.tools
+        ]
     )
 
 
@@ -70,6 +80,8 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         os._exit(3)
     if name == "pid":
         return text(str(os.getpid()))
+    if name in ("wipe", "peek"):
+        return text(f"{name} ran")
     if name == "add_tool":
         STATE.tools.append("extra")
         # Both eras: a listen stream (2026-07-28) and the handshake era's notification.

@@ -79,6 +79,7 @@ MCP_MAY_IMPORT = (
     "codemode.model",
     "codemode._toolbox",
     "codemode._combine",
+    "codemode._governance",
     "codemode._identifiers",
     "codemode._trio",
     "codemode._cli_inputs",

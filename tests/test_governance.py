@@ -304,3 +304,71 @@ def test_a_combined_toolbox_reports_its_sources_marks() -> None:
     assert combined.needs_approval(codemode.ToolName(name="send_mail"))
     assert not combined.needs_approval(codemode.ToolName(name="harmless"))
     assert not combined.needs_approval(codemode.ToolName(name="missing"))
+
+
+@pytest.mark.slow
+async def test_a_destructive_mcp_tool_needs_approval() -> None:
+    from codemode.mcp import open_mcp_toolbox
+    from tests.mcp_servers import sdk_server_command
+
+    asked: list[str] = []
+
+    async def approver(request: ApprovalRequest) -> Verdict:
+        asked.append(request.identifier)
+        return Deny("not today")
+
+    source = """
+for (const attempt of [() => tools.mcp__test__wipe({}), () => tools.mcp__test__peek({})]) {
+  try { text((await attempt()).content[0].text) } catch (e) { text(e.message) }
+}
+"""
+    with trio.fail_after(BOUND):
+        async with (
+            open_mcp_toolbox({"test": sdk_server_command()}) as toolbox,
+            codemode.open_in_process_provider() as provider,
+        ):
+            assert toolbox.needs_approval(codemode.ToolName.namespaced("mcp__test", "wipe"))
+            assert not toolbox.needs_approval(codemode.ToolName.namespaced("mcp__test", "peek"))
+            session = await provider.create_session()
+            code_mode = CodeMode(session, toolbox, toolbox.definitions(), approver=approver)
+            text = await _run(code_mode, source)
+            # Handed to a session ungoverned, the toolbox still refuses the destructive tool.
+            started = await session.execute(
+                ExecuteRequest(
+                    tool_call_id="c", source=source, enabled_tools=toolbox.definitions()
+                ),
+                toolbox,
+            )
+            ungoverned = await started.initial_response()
+    assert asked == ["mcp__test__wipe"]
+    assert text.splitlines()[-2:] == [
+        "tool tools.mcp__test__wipe was denied: not today",
+        "peek ran",
+    ]
+    assert [
+        item.text for item in ungoverned.content_items if isinstance(item, codemode.InputText)
+    ] == [
+        f"tool tools.mcp__test__wipe was denied: {NO_APPROVER}",
+        "peek ran",
+    ]
+
+
+@pytest.mark.slow
+def test_the_approval_example_runs_offline() -> None:
+    import subprocess
+    import sys
+
+    from tests.typecheck import ROOT
+
+    finished = subprocess.run(
+        [sys.executable, "-m", "examples.approval"],
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        cwd=ROOT,
+    )
+    assert finished.returncode == 0, finished.stderr
+    lines = finished.stdout.splitlines()
+    assert "sent 'Your invoice' to ada@example.com" in lines
+    assert "tool tools.send_mail was denied: the user declined" in lines
+    assert "journal: tools.send_mail tool-4 denied" in lines

@@ -21,7 +21,8 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from .._api import CellId, JsonValue, NestedToolCall, ToolDefinition
+from .._api import CellId, JsonValue, NestedToolCall, ToolDefinition, ToolName
+from .._governance import NO_APPROVER, approved, denial
 from .._identifiers import normalize_identifier
 from .._toolbox import NotifyHandler, deliver_notification
 from .._trio import open_service_nursery
@@ -92,6 +93,22 @@ class McpToolbox:
             for name, link in self._links.items()
         }
 
+    def needs_approval(self, tool: ToolName) -> bool:
+        """Whether the server annotates `tool` as destructive (`destructiveHint: true`) and not
+        read-only: the default policy asks before such a call (`docs/governance.md`)."""
+        link = None if tool.namespace is None else self._by_namespace.get(tool.namespace)
+        if link is None:
+            return False
+        for listed in link.tools:
+            if listed.name == tool.name:
+                hints = listed.annotations
+                return (
+                    hints is not None
+                    and hints.destructive_hint is True
+                    and hints.read_only_hint is not True
+                )
+        return False
+
     async def invoke_tool(self, call: NestedToolCall) -> JsonValue:
         """Call the MCP tool on its server; the result is the MCP `CallToolResult` object.
 
@@ -103,6 +120,9 @@ class McpToolbox:
         link = None if namespace_name is None else self._by_namespace.get(namespace_name)
         if link is None:
             raise ToolError(f"tool {call.tool_name.name} is not in this MCP toolbox")
+        if self.needs_approval(call.tool_name) and approved.get() is not call:
+            identifier = normalize_identifier(f"{call.tool_name.namespace}__{call.tool_name.name}")
+            raise denial(identifier, NO_APPROVER)  # nobody approved it (docs/governance.md)
         try:
             arguments = arguments_of(call.tool_name.name, call.input)
         except TypeError as error:
