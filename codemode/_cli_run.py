@@ -57,6 +57,7 @@ from ._api import (
     WaitOutcome,
     WaitRequest,
 )
+from ._cli_approval import CliPolicy, default_mode, terminal_approver
 from ._combine import CombinedTools, combine
 from .errors import ToolError
 from .model import CodeMode, PragmaError, ToolOutput, parse_exec_source
@@ -85,11 +86,17 @@ class RunOptions(msgspec.Struct, frozen=True, kw_only=True):
         yield_time_ms: the observation window of exec and each wait, or None (the file's).
         max_tokens: the token budget of each response, or None (the file's).
         in_process: run the cell in this process rather than in a host process.
+        approve: `ask`, `allow` or `deny` for the calls that need approval (None: `ask` on a
+            terminal, else `deny`; `_cli_approval.py`).
+        allow, deny: patterns of tool names decided for any tool.
     """
 
     yield_time_ms: int | None = None
     max_tokens: int | None = None
     in_process: bool = False
+    approve: str | None = None
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
 
 
 def exec_input(source: str, options: RunOptions) -> tuple[str, dict[str, Any]]:
@@ -373,11 +380,15 @@ async def run_file(
             with run.work:
                 async with open_provider() as provider:
                     session = _CellIdRecorder(await provider.create_session())
+                    definitions = tools.definitions()
+                    mode = options.approve or default_mode(sys.stdin)
                     code_mode = CodeMode(
                         session,
                         delegate,
-                        tools.definitions(),
+                        definitions,
                         max_empty_wait_ms=QUIET_WAIT_MS,
+                        policy=CliPolicy(mode, options.allow, options.deny, tools, definitions),
+                        approver=terminal_approver() if mode == "ask" else None,
                     )
                     run.attach(code_mode, session)
                     try:

@@ -104,6 +104,28 @@ def _parser() -> argparse.ArgumentParser:
         help="run the cell in this process instead of a host process",
     )
     run.add_argument(
+        "--approve",
+        choices=("ask", "allow", "deny"),
+        help=(
+            "decide the calls of tools that need approval: ask (a prompt on stderr, the answer "
+            "from stdin), allow or deny (default: ask when stdin is a terminal, else deny)"
+        ),
+    )
+    run.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="TOOL",
+        help="allow calls of the tools matching this pattern (`send_*`); repeatable",
+    )
+    run.add_argument(
+        "--deny",
+        action="append",
+        default=[],
+        metavar="TOOL",
+        help="deny calls of the tools matching this pattern (before --allow); repeatable",
+    )
+    run.add_argument(
         "--trace",
         action="store_true",
         help=(
@@ -294,6 +316,9 @@ def _run(arguments: argparse.Namespace) -> int:
         yield_time_ms=arguments.yield_time_ms,
         max_tokens=arguments.max_tokens,
         in_process=arguments.in_process,
+        approve=arguments.approve,
+        allow=tuple(arguments.allow),
+        deny=tuple(arguments.deny),
     )
     watchdogs = []
 

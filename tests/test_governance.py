@@ -372,3 +372,100 @@ def test_the_approval_example_runs_offline() -> None:
     assert "sent 'Your invoice' to ada@example.com" in lines
     assert "tool tools.send_mail was denied: the user declined" in lines
     assert "journal: tools.send_mail tool-4 denied" in lines
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("typed", "expected"),
+    [
+        ("y", "sent 'hi' to ada@example.com"),
+        ("n", "tool tools.send_mail was denied: the user declined"),
+    ],
+)
+def test_codemode_run_asks_on_a_terminal(tmp_path: Any, typed: str, expected: str) -> None:
+    """stdin is a pseudo-terminal, so `--approve` defaults to ask: the prompt goes to stderr,
+    the answer is typed on the terminal, stdout holds what the model reads."""
+    import os
+    import pty
+    import selectors
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.typecheck import ROOT
+
+    cell = tmp_path / "mail.js"
+    cell.write_text(
+        'try { text(await tools.send_mail({ to: "ada@example.com", subject: "hi" })) }'
+        " catch (e) { text(e.message) }"
+    )
+    master, slave = pty.openpty()
+    command = [str(Path(sys.executable).with_name("codemode")), "run", str(cell)]
+    command += ["--tools", "examples.approval:toolbox", "--in-process"]
+    process = subprocess.Popen(
+        command, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+    )
+    os.close(slave)
+    try:
+        assert process.stderr is not None
+        seen = b""
+        with selectors.DefaultSelector() as selector:
+            selector.register(process.stderr, selectors.EVENT_READ)
+            while b"[y/N] " not in seen:
+                assert selector.select(timeout=BOUND), seen  # the prompt, not a sleep
+                chunk = os.read(process.stderr.fileno(), 4096)
+                assert chunk, seen
+                seen += chunk
+        assert seen.decode().startswith(
+            'codemode: allow tools.send_mail({"to": "ada@example.com", "subject": "hi"})'
+            " [tool-1 of cell 1]? [y/N] "
+        )
+        os.write(master, f"{typed}\n".encode())
+        out, _ = process.communicate(timeout=BOUND)
+    finally:
+        os.close(master)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0
+    assert out.decode().splitlines()[-1] == expected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (
+            (),
+            "tool tools.send_mail was denied: it needs approval (run with --approve ask or --approve allow)",
+        ),
+        (("--approve", "allow"), "sent 'hi' to ada@example.com"),
+        (
+            ("--approve", "allow", "--deny", "send_*"),
+            "tool tools.send_mail was denied: --deny send_*",
+        ),
+        (("--allow", "send_mail"), "sent 'hi' to ada@example.com"),
+    ],
+)
+def test_codemode_run_without_a_terminal_denies_unless_told(
+    tmp_path: Any, options: tuple[str, ...], expected: str
+) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.typecheck import ROOT
+
+    cell = tmp_path / "mail.js"
+    cell.write_text(
+        'try { text(await tools.send_mail({ to: "ada@example.com", subject: "hi" })) }'
+        " catch (e) { text(e.message) }"
+    )
+    command = [str(Path(sys.executable).with_name("codemode")), "run", str(cell)]
+    command += ["--tools", "examples.approval:toolbox", "--in-process", *options]
+    finished = subprocess.run(
+        command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=BOUND, cwd=ROOT
+    )
+    assert finished.returncode == 0, finished.stderr
+    assert finished.stdout.splitlines()[-1] == expected
+    assert finished.stderr == ""  # no prompt without a terminal
