@@ -23,6 +23,9 @@ Rules:
 4. Each cell's calls are journaled (`journal(cell_id)`): tool, call id, start and end, outcome
    (`completed`, `failed`, `denied`, `cancelled before it started`, `cancelled while running`).
    The journal keeps the last `JOURNAL_CELLS` cells and `JOURNAL_CALLS` calls of each.
+5. While a call waits for its approver it is listed by `waiting(cell_id)`, and `on_waiting`
+   (when set) is called once as it starts waiting: `CodeMode` makes the cell's active
+   observation return at once, so the model learns of the wait instead of polling blindly.
 """
 
 from __future__ import annotations
@@ -187,6 +190,9 @@ class GovernedTools:
         self._journals: collections.OrderedDict[CellId, list[JournalEntry]] = (
             collections.OrderedDict()
         )
+        self._waiting: dict[CellId, list[JournalEntry]] = {}
+        self.on_waiting: Callable[[CellId], Awaitable[None]] | None = None
+        """Called as a call of the cell starts waiting for approval (rule 5)."""
 
     @property
     def delegate(self) -> SessionDelegate:
@@ -197,6 +203,10 @@ class GovernedTools:
         """The wrapped delegate's definitions, when it has them."""
         definitions = getattr(self._delegate, "definitions", None)
         return list(definitions()) if callable(definitions) else []
+
+    def waiting(self, cell_id: CellId) -> list[JournalEntry]:
+        """The cell's calls waiting for approval now, oldest first (rule 5)."""
+        return list(self._waiting.get(cell_id, ()))
 
     def journal(self, cell_id: CellId) -> list[JournalEntry]:
         """The cell's calls so far, oldest first (rule 4; empty for a cell it never saw)."""
@@ -227,7 +237,7 @@ class GovernedTools:
         entry = self._entry(call, identifier)
         started = False
         try:
-            verdict = await self._decide(call, identifier, source)
+            verdict = await self._decide(call, identifier, source, entry)
             if isinstance(verdict, Deny):
                 entry.outcome = "denied"
                 raise denial(identifier, verdict.reason)
@@ -264,7 +274,7 @@ class GovernedTools:
             entry.ended = time.time()
 
     async def _decide(
-        self, call: NestedToolCall, identifier: str, source: str | None
+        self, call: NestedToolCall, identifier: str, source: str | None, entry: JournalEntry
     ) -> Verdict | Allow:
         decision = await self._policy.decide(call)
         if not isinstance(decision, Ask):
@@ -281,11 +291,22 @@ class GovernedTools:
         )
         import trio  # not at import: `import codemode` does not load trio
 
-        if decision.timeout_s is None:
-            return await self._approver(request)
-        with trio.move_on_after(decision.timeout_s):
-            return await self._approver(request)
-        return decision.on_timeout
+        waiting = self._waiting.setdefault(call.cell_id, [])
+        waiting.append(entry)
+        entry.outcome = "waiting for approval"
+        try:
+            if self.on_waiting is not None:
+                await self.on_waiting(call.cell_id)
+            if decision.timeout_s is None:
+                return await self._approver(request)
+            with trio.move_on_after(decision.timeout_s):
+                return await self._approver(request)
+            return decision.on_timeout
+        finally:
+            entry.outcome = "running"
+            waiting.remove(entry)
+            if not waiting:
+                del self._waiting[call.cell_id]
 
     async def notify(self, call_id: str, cell_id: CellId, text: str) -> None:
         await self._delegate.notify(call_id, cell_id, text)

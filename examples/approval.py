@@ -46,6 +46,7 @@ for (const name of ["Ada", "Grace"]) {
 async def approver(request: codemode.ApprovalRequest) -> codemode.Approve | codemode.Deny:
     """The scripted person: yes for Ada, no for anyone else."""
     print(f"approval asked: tools.{request.identifier}({request.arguments}) [{request.call_id}]")
+    await trio.sleep(0.2)  # the person reads the question
     if request.arguments["to"].startswith("ada"):
         return codemode.Approve()
     return codemode.Deny("the user declined")
@@ -56,9 +57,12 @@ async def main() -> None:
         session = await provider.create_session()
         code_mode = codemode.CodeMode(session, toolbox, toolbox.definitions(), approver=approver)
         output = await code_mode.exec("call-1", CELL)
-        print()
-        print(output.text)  # what the model reads
-        print()
+        print(f"\n{output.text}\n")  # what the model reads
+        # The exec returns as soon as a call waits for approval (the model may tell the user);
+        # the model then waits for the cell, as it would for any running cell.
+        while output.status == "running":
+            output = await code_mode.wait({"cell_id": output.cell_id})
+            print(f"{output.text}\n")
         for entry in code_mode.journal(output.cell_id or ""):
             print(f"journal: tools.{entry.tool} {entry.call_id} {entry.outcome}")
 

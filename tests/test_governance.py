@@ -57,8 +57,13 @@ class Tools:
 
 
 async def _run(code_mode: CodeMode, source: str) -> str:
+    """Run a cell as a model would: exec, then wait while it runs; every response's text."""
     output = await code_mode.exec("call-1", source)
-    return output.text
+    texts = [output.text]
+    while output.status == "running":
+        output = await code_mode.wait({"cell_id": output.cell_id})
+        texts.append(output.text)
+    return "\n".join(texts)
 
 
 async def test_a_marked_tool_is_denied_without_an_approver(provider: Provider) -> None:
@@ -122,18 +127,16 @@ text(mail.status === "fulfilled" ? mail.value : mail.reason.message);
     with trio.fail_after(BOUND):
         session = await provider.create_session()
         code_mode = CodeMode(session, tools.toolbox, tools.toolbox.definitions(), approver=approver)
-        async with trio.open_nursery() as nursery:
-            result: list[str] = []
-
-            async def run() -> None:
-                result.append(
-                    await _run(code_mode, '// @exec: {"yield_time_ms": 60000}\n' + source)
-                )
-
-            nursery.start_soon(run)
-            while ("lookup", "k") not in tools.ran:
-                await trio.testing.wait_all_tasks_blocked()
-            decide.set()
+        # The exec returns as the call starts waiting; the sibling call runs on meanwhile.
+        first = await code_mode.exec("call-1", '// @exec: {"yield_time_ms": 60000}\n' + source)
+        assert first.status == "running"
+        assert "Waiting for approval of tools.send_mail (call 1)." in first.text.splitlines()
+        while ("lookup", "k") not in tools.ran:
+            await trio.testing.wait_all_tasks_blocked()
+        decide.set()
+        second = await code_mode.wait({"cell_id": first.cell_id, "yield_time_ms": 60000})
+        assert second.status == "completed"
+        result = [first.text + "\n" + second.text]
     (request,) = asked
     assert request.identifier == "send_mail"
     assert request.arguments == {"to": "boss@example.com"}
@@ -170,10 +173,14 @@ async def test_an_ask_that_times_out_is_denied() -> None:
                 policy=AskBriefly(),
                 approver=never,
             )
-            text = await _run(
-                code_mode, 'try { await tools.lookup({ key: "k" }) } catch (e) { text(e.message) }'
+            first = await code_mode.exec(
+                "call-1",
+                '// @exec: {"yield_time_ms": 60000}\n'
+                'try { await tools.lookup({ key: "k" }) } catch (e) { text(e.message) }',
             )
-    assert text.endswith("tool tools.lookup was denied: no decision in time")
+            assert first.status == "running"  # it returned as the call started waiting
+            done = await code_mode.wait({"cell_id": first.cell_id, "yield_time_ms": 60000})
+    assert done.text.endswith("tool tools.lookup was denied: no decision in time")
     assert tools.ran == []
 
 
@@ -469,3 +476,45 @@ def test_codemode_run_without_a_terminal_denies_unless_told(
     assert finished.returncode == 0, finished.stderr
     assert finished.stdout.splitlines()[-1] == expected
     assert finished.stderr == ""  # no prompt without a terminal
+
+
+async def test_an_observation_returns_when_a_call_starts_waiting_and_terminate_cancels_it(
+    provider: Provider,
+) -> None:
+    tools = Tools()
+    asked = trio.Event()
+    cancelled: list[str] = []
+
+    async def approver(request: ApprovalRequest) -> Verdict:
+        asked.set()
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            cancelled.append(request.call_id)  # the application sees its request cancelled
+            raise
+        raise AssertionError("unreachable")
+
+    with trio.fail_after(BOUND):
+        session = await provider.create_session()
+        code_mode = CodeMode(session, tools.toolbox, tools.toolbox.definitions(), approver=approver)
+        # A long window: only the wait for approval makes the observation return early.
+        first = await code_mode.exec(
+            "call-1",
+            '// @exec: {"yield_time_ms": 60000}\n'
+            'text("before"); await tools.send_mail({ to: "x@y" }); text("after");',
+        )
+        assert first.status == "running"
+        assert first.text.splitlines()[4:] == [
+            "Waiting for approval of tools.send_mail (call 1).",
+            "before",
+        ]
+        assert [e.outcome for e in code_mode.journal(first.cell_id or "")] == [
+            "waiting for approval"
+        ]
+        stopped = await code_mode.wait({"cell_id": first.cell_id, "terminate": True})
+    assert stopped.status == "terminated"
+    assert cancelled == ["tool-1"]
+    assert [e.outcome for e in code_mode.journal(first.cell_id or "")] == [
+        "cancelled before it started"
+    ]
+    assert tools.ran == []

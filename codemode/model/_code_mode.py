@@ -144,11 +144,20 @@ class CodeMode:
                 definitions=self._tools,
             )
         self._delegate: SessionDelegate = self._governed
+        self._governed.on_waiting = self._approval_started
         self._enabled = [augment_tool_definition(tool) for tool in self._tools]
         self._namespaces = dict(namespace_descriptions or {})
         self._deferred = deferred_tools_available
         self._min_yield_time_ms = min_yield_time_ms
         self._max_empty_wait_ms = max_empty_wait_ms
+
+    async def _approval_started(self, cell_id: str) -> None:
+        """A call of the cell waits for approval: its active observation (the initial response
+        or a `wait`) returns now, with the waiting line (rule 5 of `_governance`)."""
+        try:
+            await self._session.preempt(cell_id)
+        except CodeModeError:
+            pass  # the cell or its session is gone, or the host cannot preempt: nothing to wake
 
     def journal(self, cell_id: str) -> list[JournalEntry]:
         """The nested calls of a cell this `CodeMode` started, oldest first."""
@@ -316,6 +325,10 @@ class CodeMode:
             line = journal_line(self._governed.journal(response.cell_id))
             if line is not None:
                 items = [*items, InputText(text=line)]
+        elif isinstance(response, Yielded):
+            waiting = self._governed.waiting(response.cell_id)
+            if waiting:
+                items = [InputText(text=waiting_line(waiting)), *items]
         if span.recording:
             budget = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
             span.set("codemode.output.max_tokens", budget)
@@ -379,3 +392,12 @@ def journal_line(entries: list[JournalEntry]) -> str | None:
     if not parts:
         return None
     return f"Tool calls before the cell stopped: {'; '.join(parts)}."
+
+
+def waiting_line(waiting: list[JournalEntry]) -> str:
+    """The first line of a response while calls of the cell wait for approval
+    (`docs/governance.md`)."""
+    calls = ", ".join(
+        f"tools.{entry.tool} ({entry.call_id.replace('tool-', 'call ')})" for entry in waiting
+    )
+    return f"Waiting for approval of {calls}."
