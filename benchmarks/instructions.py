@@ -6,7 +6,10 @@ with `WARM` cells, and with `WARM + cells` cells. The difference of the two coun
 `cells`, is what one more cell costs: start-up, imports and teardown cancel out. Components:
 - `client`: the process provider's side (the caller's process; the host runs natively);
 - `host`: the host process (`codemode-host`; the caller runs natively);
-- `in-process`: the in-process provider's process.
+- `in-process`: the in-process provider's process;
+- `thin-client` and `thin-host`: the parent and the host of the thin host (`_thin.py`,
+  `_thin_host.py`), the floor beside `client` and `host`: the same cells through a host of
+  trio, msgspec and the bare engine without codemode's layers.
 
 Each is reported for its trio thread (the process's main thread: the Python a cell costs) and
 for its other threads together (in `host` and `in-process` the engine's workers and preparer).
@@ -23,9 +26,10 @@ path of every application that does not trace), `noop` an SDK tracer and meter p
 spans go to an exporter that drops them and whose metrics nobody reads, `memory` the SDK's
 in-memory span exporter and metric reader; each row then shows its ratio to `off`.
 
-Run: `python -m benchmarks.instructions [--cells 400] [--repeat 1] [--only client,host,in-process]
-[--workloads text,tool] [--tracing off]` (from the repository's root; needs `valgrind` on the
-PATH; about a minute per component, workload, tracing mode and repeat).
+Run: `python -m benchmarks.instructions [--cells 400] [--repeat 1]
+[--only client,host,in-process,thin-client,thin-host] [--workloads text,tool]
+[--tracing off]` (from the repository's root; needs `valgrind` on the PATH; about a minute per
+component, workload, tracing mode and repeat).
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ import codemode
 from benchmarks._cells import Delegate, run_cell
 from codemode import ContentItem
 
-COMPONENTS = ("client", "host", "in-process")
+COMPONENTS = ("client", "host", "in-process", "thin-client", "thin-host")
 WORKLOADS: dict[str, tuple[str, tuple[str, ...]]] = {
     "text": ('text("hi")', ()),
     "tool": ('await tools.echo({}); text("ok")', ("echo",)),
@@ -128,10 +132,13 @@ def thread_counts(prefix: Path) -> tuple[int, int]:
 
 async def run_cells(
     component: str, workload: str, cells: int, host: Sequence[str] = ()
-) -> list[list[ContentItem]]:
+) -> list[list[ContentItem]] | list[list[str]]:
     """Run `cells` sequential cells of `workload` through the component's provider (`host`:
-    the command of the host process, for the `host` component); the output of each."""
+    the command of the host process, for the `host` component; for `thin-host`, the command
+    the thin host's is prefixed with); the output of each."""
     source, tools = WORKLOADS[workload]
+    if component.startswith("thin-"):
+        return await run_thin_cells(source, cells, host)
     opened: AbstractAsyncContextManager[Any]
     if component == "in-process":
         opened = codemode.open_in_process_provider()
@@ -149,6 +156,15 @@ async def run_cells(
     return outputs
 
 
+async def run_thin_cells(source: str, cells: int, host: Sequence[str] = ()) -> list[list[str]]:
+    """`run_cells` through the thin host (its one tool, `echo`, answered `{}` by the parent)."""
+    from benchmarks._thin import open_thin_host
+
+    command = [*host, sys.executable, "-m", "benchmarks._thin_host"] if host else None
+    async with open_thin_host(command) as thin:
+        return [await thin.run_cell(source) for _ in range(cells)]
+
+
 def count_run(
     component: str, workload: str, cells: int, prefix: Path, tracing: str = "off"
 ) -> tuple[int, int]:
@@ -157,6 +173,8 @@ def count_run(
     if component == "host":
         host = [*callgrind(prefix), sys.executable, "-m", "codemode_host"]
         trio.run(run_cells, component, workload, cells, host)
+    elif component == "thin-host":
+        trio.run(run_cells, component, workload, cells, callgrind(prefix))
     else:
         child = [sys.executable, "-m", "benchmarks.instructions", "--child"]
         child += [component, workload, str(cells)]

@@ -3,7 +3,8 @@
 Every request runs as its own task in the host's work nursery, but an execute's cell is admitted
 and started as its frame is read, and its initial observation has no task until something
 wakes it; when the cell's own events do (its completion, a `yield_control()`), the response is
-taken and sent in the engine collector's step, after the batch of events, with no task at all.
+taken and sent in the engine collector's step, after the batch of events, with no task at all;
+its frame and the `cell/closed` its taking queued leave in one write.
 A wait (either kind) runs inside a cancel scope that `operation/cancel` cancels (`_operation`);
 an execute's cancel ends its initial observation through the runtime's hook instead, and
 answers `code-mode request cancelled` (the client terminates a cell it no longer wants).
@@ -303,6 +304,18 @@ class Requests:
             self._nursery.start_soon(self._observe_initial, request_id, cell, started)
 
     def _answer_initial_now(self, request_id: int, cell: RuntimeCell, started: float) -> None:
+        # Taking a completion closes the cell, which queues its `cell/closed`: the flush waits
+        # for the response, so that both frames leave in one write. Flushed first, the
+        # `cell/closed` left alone and woke the client for a frame it does not wait for, and
+        # the response took a second write and often a second read and pass of the client.
+        flush, self._flush = self._flush, _nothing
+        try:
+            self._answer_initial_taken(request_id, cell, started)
+        finally:
+            self._flush = flush
+            flush()
+
+    def _answer_initial_taken(self, request_id: int, cell: RuntimeCell, started: float) -> None:
         initial: Ok[RuntimeResponse | Pending] | Err
         try:
             response = cell.initial_response_now()
@@ -445,7 +458,8 @@ class Requests:
 
 
 def _nothing() -> None:
-    """The cancel of a call that was answered when it was sent."""
+    """The cancel of a call that was answered when it was sent; the flush while an initial
+    response is taken after the collector's batch."""
 
 
 def _tool_outcome(result: DelegateResult) -> tuple[JsonValue, str | None, bool]:

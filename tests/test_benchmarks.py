@@ -92,6 +92,15 @@ async def test_the_counted_workloads_run(component: str) -> None:
             assert outputs == [[InputText(text=text)]] * 2, workload
 
 
+async def test_the_counted_workloads_run_through_the_thin_host() -> None:
+    # The thin host's rows: the same workloads, their texts as the thin host returns them.
+    printed = {"text": "hi", "tool": "ok"}
+    with trio.fail_after(30):
+        for workload, text in printed.items():
+            outputs = await instructions.run_cells("thin-client", workload, 2)
+            assert outputs == [[text]] * 2, workload
+
+
 @pytest.mark.slow
 async def test_the_timeline_probes_both_hosts() -> None:
     # The probes patch the engine's start_cell and _dispatch: a rename must fail here.
