@@ -55,6 +55,7 @@ from .errors import RuntimeEndedError as RuntimeEndedError
 from .errors import RuntimeReplacedError as RuntimeReplacedError
 from .errors import SessionShuttingDownError as SessionShuttingDownError
 from .errors import StaleGenerationError as StaleGenerationError
+from .errors import ToolDeniedError as ToolDeniedError
 from .errors import ToolError as ToolError
 from .errors import UnsupportedPlatformError as UnsupportedPlatformError
 from .protocol import MAX_FRAME_BYTES as MAX_FRAME_BYTES
@@ -114,6 +115,7 @@ __all__ = [
     "StartedCell",
     "Terminated",
     "ToolDefinition",
+    "ToolDeniedError",
     "ToolError",
     "ToolKind",
     "ToolName",
