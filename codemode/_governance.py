@@ -21,7 +21,8 @@ Rules:
    the result or the error and may replace what the cell gets. Both run for every call the
    policy let through, on every route.
 4. Each cell's calls are journaled (`journal(cell_id)`): tool, call id, start and end, outcome
-   (`completed`, `failed`, `denied`, `cancelled before it started`, `cancelled while running`).
+   (`completed`, `failed`, `denied`, `cancelled before it started`, `cancelled while running`,
+   `unknown: the host was lost while it ran`: the call's cancellation names the host's loss).
    The journal keeps the last `JOURNAL_CELLS` cells and `JOURNAL_CALLS` calls of each.
 5. While a call waits for its approver it is listed by `waiting(cell_id)`, and `on_waiting`
    (when set) is called once as it starts waiting: `CodeMode` makes the cell's active
@@ -39,8 +40,10 @@ from typing import Protocol, TypeAlias, runtime_checkable
 
 from ._api import CellId, JsonValue, NestedToolCall, SessionDelegate, ToolDefinition, ToolName
 from ._identifiers import normalize_identifier
-from .errors import ToolDeniedError
+from .errors import HOST_LOST_REASON, ToolDeniedError
 
+UNKNOWN = "unknown: the host was lost while it ran"
+"""The journal's outcome of a call that was running when its host was lost (rule 4)."""
 NO_APPROVER = "it needs approval and no approver is configured"
 """The reason a call that needs approval is denied when nobody can approve it."""
 JOURNAL_CELLS = 256
@@ -264,6 +267,8 @@ class GovernedTools:
                 if _is_cancellation(error):
                     before = "cancelled before it started"
                     entry.outcome = "cancelled while running" if started else before
+                    if started and getattr(error, "reason", None) == HOST_LOST_REASON:
+                        entry.outcome = UNKNOWN
                 else:
                     entry.outcome = "failed"
             raise

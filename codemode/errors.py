@@ -173,6 +173,11 @@ class ToolError(CodeModeError):
         self.text = text
 
 
+HOST_LOST_REASON = "the code-mode host was lost"
+"""The reason a tool call is cancelled with when its host is lost (`trio.Cancelled.reason`): the
+journal of governed calls (docs/governance.md) tells such a call from one its cell cancelled."""
+
+
 class ToolDeniedError(ToolError):
     """A nested call its policy denied (`docs/governance.md`): the tool never ran, and the
     cell's promise rejects with an `Error` whose message is `text` (not a plain string)."""

@@ -518,3 +518,34 @@ async def test_an_observation_returns_when_a_call_starts_waiting_and_terminate_c
         "cancelled before it started"
     ]
     assert tools.ran == []
+
+
+@pytest.mark.slow
+async def test_a_call_running_when_its_host_is_killed_is_journaled_unknown() -> None:
+    import os
+    import signal
+
+    tools = Tools()
+    with trio.fail_after(BOUND):
+        async with codemode.open_process_provider() as provider:
+            session = await provider.create_session()
+            code_mode = CodeMode(session, tools.toolbox, tools.toolbox.definitions())
+            first = await code_mode.exec(
+                "call-1",
+                '// @exec: {"yield_time_ms": 0}\n'
+                'await tools.lookup({ key: "a" }); await tools.charge_card({ amount: 5 });',
+            )
+            await tools.charge_started.wait()
+            (host,) = provider.statistics().hosts
+            assert host.pid is not None
+            os.kill(host.pid, signal.SIGKILL)
+            lost = await code_mode.wait({"cell_id": first.cell_id})
+    assert lost.status == "error"
+    assert lost.text.splitlines()[-1] == (
+        "Tool calls before the cell stopped: tools.lookup (call 1) completed;"
+        " tools.charge_card (call 2) was running and may have taken effect."
+    )
+    assert [(e.tool, e.outcome) for e in code_mode.journal(first.cell_id or "")] == [
+        ("lookup", "completed"),
+        ("charge_card", "unknown: the host was lost while it ran"),
+    ]

@@ -29,7 +29,13 @@ import trio
 from .._api import SessionDelegate
 from .._text import well_formed
 from .._trio import CLEANUP_GRACE, CallbackGroup, CallWorkers, DelegateCall, contained
-from ..errors import ErrorKind, ToolDeniedError, ToolError, tool_failure_message
+from ..errors import (
+    HOST_LOST_REASON,
+    ErrorKind,
+    ToolDeniedError,
+    ToolError,
+    tool_failure_message,
+)
 from ..observability import CellReport, CellTrace
 from ..protocol import (
     DENIAL_CAPABILITY,
@@ -123,7 +129,7 @@ class ClientCells:
     def close_all(self) -> None:
         """The link is lost: every call is cancelled, every live cell closed (once)."""
         for call in self._calls.values():
-            call.cancel()
+            call.cancel(HOST_LOST_REASON)
         self._calls.clear()
         for key in list(self._live):
             self.close(key)

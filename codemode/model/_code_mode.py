@@ -41,6 +41,7 @@ from .._api import (
     Yielded,
 )
 from .._governance import (
+    UNKNOWN,
     Approver,
     GovernedTools,
     JournalEntry,
@@ -385,7 +386,7 @@ def journal_line(entries: list[JournalEntry]) -> str | None:
         call = entry.call_id.replace("tool-", "call ")
         if entry.outcome == "completed":
             parts.append(f"tools.{entry.tool} ({call}) completed")
-        elif entry.outcome in ("running", "cancelled while running"):
+        elif entry.outcome in ("running", "cancelled while running", UNKNOWN):
             parts.append(f"tools.{entry.tool} ({call}) was running and may have taken effect")
         elif entry.outcome == "failed":
             parts.append(f"tools.{entry.tool} ({call}) failed")
