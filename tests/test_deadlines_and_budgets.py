@@ -21,11 +21,13 @@ from codemode import (
     AdmissionError,
     CellLimits,
     Completed,
+    ExecuteRequest,
     InputText,
     InvalidRequestError,
     JsonValue,
     LiveCell,
     NestedToolCall,
+    Pending,
     SessionUsage,
     WaitRequest,
     Yielded,
@@ -116,6 +118,31 @@ async def test_a_cell_past_its_wall_time_ends_by_itself_unobserved(
         )
     )
     assert load == ["undefined"]
+
+
+async def test_time_paused_at_a_pending_frontier_counts(provider: Provider) -> None:
+    session = await provider.create_session(CellLimits(max_wall_time_ms=WALL_MS))
+    delegate = RecordingDelegate()
+    delegate.hold_tools = True
+    request = ExecuteRequest(
+        tool_call_id="call-1",
+        source='text("before"); await tools.wait({}); text("after")',
+        enabled_tools=[tool("wait")],
+    )
+    with trio.fail_after(30):
+        frontier = await session.execute_to_pending(request, delegate)
+        # Nobody resumes the paused cell: its limit ends it all the same, and its tool call
+        # is cancelled before anyone observes it again.
+        await delegate.until(lambda: delegate.cancelled_tools == ["tool-1"])
+        outcome = await session.wait_to_pending("1")
+        await delegate.until(lambda: delegate.closed == ["1"])
+    assert frontier == Pending(
+        cell_id="1", content_items=[InputText(text="before")], pending_tool_call_ids=["tool-1"]
+    )
+    assert outcome == LiveCell(
+        response=Completed(cell_id="1", content_items=[], error_text=TIME_UP)
+    )
+    assert delegate.cancelled_tools == ["tool-1"]
 
 
 async def test_a_cell_within_its_wall_time_is_untouched(provider: Provider) -> None:

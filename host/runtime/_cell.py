@@ -548,6 +548,7 @@ class RuntimeCell:
         if self.closed.is_set():
             return  # closed at its claim
         self._js_running = False
+        self._js_wait.end()  # an aborted cell's deadlines go with it
         self._engine_cell.close()
         self._calls.cancel("the cell closed")
         self._calls.detach()
