@@ -28,6 +28,7 @@ from ._api import Pending as Pending
 from ._api import RuntimeResponse as RuntimeResponse
 from ._api import Session as Session
 from ._api import SessionDelegate as SessionDelegate
+from ._api import SessionUsage as SessionUsage
 from ._api import StartedCell as StartedCell
 from ._api import Terminated as Terminated
 from ._api import ToolDefinition as ToolDefinition
@@ -111,6 +112,7 @@ __all__ = [
     "Session",
     "SessionDelegate",
     "SessionShuttingDownError",
+    "SessionUsage",
     "StaleGenerationError",
     "StartedCell",
     "Terminated",

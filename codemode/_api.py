@@ -27,6 +27,7 @@ from ._limits import MAX_YIELD_TIME_MS as MAX_YIELD_TIME_MS
 from ._limits import AdmissionLimits as AdmissionLimits
 from ._limits import CellInfo as CellInfo
 from ._limits import CellLimits as CellLimits
+from ._limits import SessionUsage as SessionUsage
 from ._limits import ToolThreadLimits as ToolThreadLimits
 from ._limits import ToolThreadStatistics as ToolThreadStatistics
 from .errors import InvalidRequestError
@@ -493,4 +494,9 @@ class Session(Protocol):
 
     async def cells(self) -> list[CellInfo]:
         """The session's live cells (admitted and not yet closed), oldest first."""
+        ...
+
+    async def usage(self) -> SessionUsage:
+        """What the session's cells used so far of its budgets (`CellLimits.max_session_*`):
+        its tool calls and its CPU time, counted whether or not a budget is set."""
         ...

@@ -51,6 +51,7 @@ from ._api import (
     Pending,
     Session,
     SessionDelegate,
+    SessionUsage,
     StartedCell,
     Terminated,
     ToolDefinition,
@@ -262,6 +263,9 @@ class _CellIdRecorder:
 
     async def cells(self) -> list[CellInfo]:
         return await self._session.cells()
+
+    async def usage(self) -> SessionUsage:
+        return await self._session.usage()
 
 
 class _Run:

@@ -34,10 +34,17 @@ DEFAULT_STORED_VALUE_BYTES = 16 << 20
 """A session's stored values when `CellLimits.max_stored_value_bytes` is None."""
 
 
-class CellLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class CellLimits(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
     """Limits shared by every cell of a session (docs/limits.md). `None` means the documented
-    default, never unbounded where that could take the host down; for `max_cpu_time_ms` it
-    means no CPU limit.
+    default, never unbounded where that could take the host down; for `max_cpu_time_ms`,
+    `max_wall_time_ms` and the session budgets it means no limit.
+
+    On the wire a field is sent only when set (`omit_defaults`): a host that predates a field
+    decodes the limits of a client that leaves it unset; a client sends a set one only to a host
+    that advertised its capability (`max_wall_time_ms`: `wall-time-limit`; the session budgets:
+    `session-budget`).
 
     Parameters:
         max_yield_time_ms: the longest observation window (execute and wait alike).
@@ -50,6 +57,15 @@ class CellLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
             `text()` and `image()` throw a catchable `Error`.
         max_stored_value_bytes: what the session's stored values may take, keys and JSON
             texts (default `DEFAULT_STORED_VALUE_BYTES`); past it `store()` throws.
+        max_wall_time_ms: wall-clock time each cell may run, from its admission; past it the
+            cell ends by itself as `Completed` with `exec cell exceeded its time limit of N ms`
+            (its output kept, its tool calls cancelled, its stored values uncommitted).
+        max_session_tool_calls: tool calls all the session's cells together may make; past
+            it a tool call's promise rejects with `session tool call budget of N calls is used
+            up` (a session-wide budget, as `max_stored_value_bytes` is session-wide).
+        max_session_cpu_time_ms: CPU time all the session's cells together may use; once it
+            is used up, the session's executes are refused with `AdmissionError` `session CPU
+            budget of N ms is used up`.
     """
 
     max_yield_time_ms: int | None = None
@@ -57,12 +73,22 @@ class CellLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     max_cpu_time_ms: int | None = None
     max_pending_output_bytes: int | None = None
     max_stored_value_bytes: int | None = None
+    max_wall_time_ms: int | None = None
+    max_session_tool_calls: int | None = None
+    max_session_cpu_time_ms: int | None = None
 
     def problem(self) -> str | None:
         """What makes these limits invalid, or None if they are valid."""
         if self.max_yield_time_ms is not None and self.max_yield_time_ms < 0:
             return f"max_yield_time_ms must not be negative, got {self.max_yield_time_ms}"
-        for name in ("max_heap_size_bytes", "max_cpu_time_ms", "max_stored_value_bytes"):
+        for name in (
+            "max_heap_size_bytes",
+            "max_cpu_time_ms",
+            "max_stored_value_bytes",
+            "max_wall_time_ms",
+            "max_session_tool_calls",
+            "max_session_cpu_time_ms",
+        ):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 return f"{name} must be positive, got {value}"
@@ -85,6 +111,11 @@ class CellLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     def stored_value_bytes(self) -> int:
         """The stored values limit in force: the given one, or the default."""
         return self.max_stored_value_bytes or DEFAULT_STORED_VALUE_BYTES
+
+    @property
+    def has_session_budget(self) -> bool:
+        """A session budget is set (it needs the `session-budget` capability on the wire)."""
+        return self.max_session_tool_calls is not None or self.max_session_cpu_time_ms is not None
 
     def checked(self) -> CellLimits:
         """These limits, if they are valid (every provider and the host check them so).
@@ -186,4 +217,19 @@ class CellInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     age_s: float
     pending_tool_calls: int
     buffered_output_bytes: int
+    cpu_time_ms: float
+
+
+class SessionUsage(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What a session's cells have used of its budgets, as `Session.usage()` reports it
+    (docs/governance.md, "Deadlines and budgets"); counted whether or not a budget is set.
+
+    Parameters:
+        tool_calls: tool calls its cells made that reached their tool (a call refused by the
+            budget or by admission is not counted).
+        cpu_time_ms: the CPU time its cells used, every cell since the session opened: a
+            running cell's as of the end of its last turn, an ended cell's in full.
+    """
+
+    tool_calls: int
     cpu_time_ms: float

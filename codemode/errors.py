@@ -109,6 +109,21 @@ def too_many_uncollected(bound: int) -> str:
     )
 
 
+def time_limit_exceeded(limit_ms: int) -> str:
+    """The `error_text` of a cell that ran past `CellLimits.max_wall_time_ms`."""
+    return f"exec cell exceeded its time limit of {limit_ms} ms"
+
+
+def tool_call_budget_used_up(budget: int) -> str:
+    """The rejection of a tool call made once `max_session_tool_calls` calls were made."""
+    return f"session tool call budget of {budget} calls is used up"
+
+
+def cpu_budget_used_up(budget_ms: int) -> str:
+    """The refusal (`AdmissionError`) of an execute once `max_session_cpu_time_ms` is used."""
+    return f"session CPU budget of {budget_ms} ms is used up"
+
+
 class HostLostError(CodeModeError):
     """The host process died, broke the protocol, or failed to start.
 

@@ -38,6 +38,7 @@ from ._api import (
     Pending,
     RuntimeResponse,
     SessionDelegate,
+    SessionUsage,
     StartedCell,
     Terminated,
     ToolThreadLimits,
@@ -233,6 +234,16 @@ class InProcessSession:
         """
         self._check()
         return await self._runtime.cells()
+
+    async def usage(self) -> SessionUsage:
+        """What the session's cells used of its budgets: tool calls and CPU time.
+
+        Raises:
+            SessionShuttingDownError: shutdown has begun.
+            ProviderClosedError: the provider was closed.
+        """
+        self._check()
+        return await self._runtime.usage()
 
     async def shutdown(self) -> None:
         """Terminate every cell and return once each has closed (rule 1)."""

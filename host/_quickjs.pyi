@@ -22,6 +22,7 @@ OUTCOME_OK: Final[int]
 OUTCOME_ERROR: Final[int]
 OUTCOME_INTERRUPTED: Final[int]
 OUTCOME_CPU_LIMIT: Final[int]
+FINISHED_CPU_SHIFT: Final[int]
 
 class EngineClosedError(RuntimeError): ...
 

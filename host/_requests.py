@@ -77,6 +77,7 @@ from codemode.protocol import (
     ExecuteToPending,
     ExecutionStarted,
     FrameTooLargeError,
+    GetUsage,
     HostConnection,
     HostRequest,
     HostResponse,
@@ -92,6 +93,7 @@ from codemode.protocol import (
     Terminate,
     ToolInvoke,
     ToolResult,
+    UsageReport,
     Wait,
     WaitCompleted,
     WaitToPending,
@@ -244,6 +246,9 @@ class Requests:
                 case ListCells(session_id=session_id):
                     cells = await self._sessions[session_id].cells()
                     result = Ok(value=CellList(cells=cells))
+                case GetUsage(session_id=session_id):
+                    usage = await self._sessions[session_id].usage()
+                    result = Ok(value=UsageReport(usage=usage))
                 case ShutdownSession(session_id=session_id):
                     await self._sessions[session_id].shutdown()
                     del self._sessions[session_id]

@@ -19,6 +19,7 @@ from codemode import (
     RuntimeResponse,
     Session,
     SessionDelegate,
+    SessionUsage,
     StartedCell,
     Terminated,
     WaitOutcome,
@@ -154,6 +155,9 @@ class _DurationCheckedSession:
 
     async def cells(self) -> list[CellInfo]:
         return await self._session.cells()
+
+    async def usage(self) -> SessionUsage:
+        return await self._session.usage()
 
 
 class _CheckedProvider:

@@ -160,12 +160,12 @@ async def wait_exited(pid: int) -> None:
 
 
 def ended(run: CellRun) -> Finished:
-    """How the cell's JavaScript ended, without its heap figure (which varies by build)."""
-    return msgspec.structs.replace(run.finished, heap_bytes=0)
+    """How the cell's JavaScript ended, without its heap and CPU figures (which vary)."""
+    return msgspec.structs.replace(run.finished, heap_bytes=0, cpu_us=0)
 
 
 def without_heap(event: CellEvent) -> CellEvent:
-    """`event`, with a `Finished`'s heap figure zeroed, for comparing it whole."""
+    """`event`, with a `Finished`'s heap and CPU figures zeroed, for comparing it whole."""
     if isinstance(event, Finished):
-        return msgspec.structs.replace(event, heap_bytes=0)
+        return msgspec.structs.replace(event, heap_bytes=0, cpu_us=0)
     return event

@@ -40,6 +40,7 @@ from codemode import (
     InputText,
     LiveCell,
     MissingCell,
+    SessionUsage,
     Terminated,
     WaitOutcome,
     Yielded,
@@ -57,6 +58,7 @@ from codemode.protocol import (
     Execute,
     ExecuteToPending,
     ExecutionStarted,
+    GetUsage,
     HandshakeRejected,
     HostConnection,
     HostRequest,
@@ -70,6 +72,7 @@ from codemode.protocol import (
     SessionReady,
     ShutdownSession,
     Terminate,
+    UsageReport,
     Wait,
     WaitCompleted,
     WaitToPending,
@@ -280,6 +283,8 @@ class ScriptedHost:
                 result = Ok(value=SessionClosed(session_id=session_id))
             case ListCells():
                 result = Ok(value=CellList(cells=[]))
+            case GetUsage():
+                result = Ok(value=UsageReport(usage=SessionUsage(tool_calls=0, cpu_time_ms=0.0)))
             case WaitToPending():
                 result = Err(kind=ErrorKind.INVALID_REQUEST, message="not scripted")
         self.connection.respond(request_id, result)

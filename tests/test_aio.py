@@ -542,6 +542,10 @@ class _TrioFacingSession:
         cells: list[codemode.CellInfo] = await self._on_asyncio(self._session.cells)
         return cells
 
+    async def usage(self) -> codemode.SessionUsage:
+        usage: codemode.SessionUsage = await self._on_asyncio(self._session.usage)
+        return usage
+
 
 _TRACKED: contextvars.ContextVar[bool] = contextvars.ContextVar("_TRACKED", default=False)
 """Set in the asyncio tasks that `_WatchedBridge.run_asyncio` starts."""

@@ -16,6 +16,7 @@ from codemode import (
     Pending,
     Session,
     SessionDelegate,
+    SessionUsage,
     StartedCell,
     Terminated,
     WaitOutcome,
@@ -77,6 +78,9 @@ class ObservedSession:
 
     async def cells(self) -> list[CellInfo]:
         return await self._session.cells()
+
+    async def usage(self) -> SessionUsage:
+        return await self._session.usage()
 
 
 class Gate:

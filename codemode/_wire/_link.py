@@ -477,6 +477,11 @@ class HostLink:
         await self._checked()
         return await self._await(self._connection.cells(session_id), session_id)
 
+    async def usage(self, session_id: str) -> HostResult:
+        """What the session used of its budgets (`session/usage`)."""
+        await self._checked()
+        return await self._await(self._connection.usage(session_id), session_id)
+
     def cells_of(self, session_id: str) -> list[ClientCell]:
         """The session's cells that are live or closing (their `cell_closed` still to come)."""
         return self._cells.of_session(session_id)

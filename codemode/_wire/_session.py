@@ -50,6 +50,7 @@ from .._api import (
     Pending,
     RuntimeResponse,
     SessionDelegate,
+    SessionUsage,
     StartedCell,
     Terminated,
     WaitOutcome,
@@ -72,9 +73,11 @@ from ..errors import (
 )
 from ..observability import CellTrace, SessionTraces, TraceContext
 from ..protocol import (
+    BUDGET_CAPABILITY,
     INVENTORY_CAPABILITY,
     LIMITS_CAPABILITY,
     PENDING_FRONTIER_CAPABILITY,
+    WALL_TIME_CAPABILITY,
     YIELD_CAPABILITY,
     CellList,
     Err,
@@ -83,6 +86,7 @@ from ..protocol import (
     LocalProtocolError,
     Ok,
     SessionReady,
+    UsageReport,
     WaitCompleted,
 )
 from ._link import HostLink
@@ -245,11 +249,15 @@ class WireSession:
         placement strategy calls it, on each host it tries)."""
         limits = None
         if self._limits != CellLimits():
-            if LIMITS_CAPABILITY not in link.capabilities:
-                raise InvalidRequestError(
-                    "code-mode host does not support session resource limits: missing"
-                    f" `{LIMITS_CAPABILITY}` capability"
-                )
+            for needed, what, present in (
+                (LIMITS_CAPABILITY, "session resource limits", True),
+                (WALL_TIME_CAPABILITY, "cell wall time limits", self._limits.max_wall_time_ms),
+                (BUDGET_CAPABILITY, "session budgets", self._limits.has_session_budget),
+            ):
+                if present and needed not in link.capabilities:
+                    raise InvalidRequestError(
+                        f"code-mode host does not support {what}: missing `{needed}` capability"
+                    )
             limits = self._limits
         session_id = self._provider.next_session_id()
         ready = _unwrap(await link.open_session(session_id, limits, store_load=self._store_load))
@@ -460,6 +468,16 @@ class WireSession:
             msgspec.structs.replace(cell, cell_id=binding.public_id(cell.cell_id))
             for cell in listed.cells
         ]
+
+    async def usage(self) -> SessionUsage:
+        """What the session used of its budgets in its host (a session re-opened on a new host
+        counts anew there)."""
+        binding = await self._bind()
+        binding.need(BUDGET_CAPABILITY, "session usage")
+        reported = _unwrap(await binding.link.usage(binding.session_id))
+        if not isinstance(reported, UsageReport):
+            raise HostLostError("code-mode host returned an invalid usage response")
+        return reported.usage
 
     async def terminate(self, cell_id: str) -> WaitOutcome:
         """Stop a cell in the host; returns its undelivered output or buffered completion.

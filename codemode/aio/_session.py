@@ -39,6 +39,7 @@ from .. import (
     Pending,
     RuntimeResponse,
     SessionDelegate,
+    SessionUsage,
     Terminated,
     WaitOutcome,
     WaitRequest,
@@ -251,6 +252,10 @@ class Session:
     async def cells(self) -> list[CellInfo]:
         """The session's live cells (admitted and not yet closed), oldest first."""
         return await self._bridge.call(self.trio_session.cells)
+
+    async def usage(self) -> SessionUsage:
+        """What the session's cells used of its budgets: tool calls and CPU time."""
+        return await self._bridge.call(self.trio_session.usage)
 
     def _park_outcome(self, outcome: WaitOutcome) -> None:
         if isinstance(outcome, LiveCell):

@@ -35,7 +35,7 @@ class CellReport(
 
     Parameters:
         outcome: how it ended: `completed`, `error`, `terminated`, `shutdown`, `cpu_limit`,
-            `heap_limit`, `output_limit` (`docs/observability.md`).
+            `time_limit`, `heap_limit`, `output_limit` (`docs/observability.md`).
         error_type: the class of the JavaScript error that ended it (`TypeError`), never
             its message; None when no error ended it.
         admitted_ns: when the runtime admitted it.

@@ -36,6 +36,7 @@ from ._events import HostStatistics as HostStatistics
 from ._events import InitialAnswered as InitialAnswered
 from ._events import PreemptRequested as PreemptRequested
 from ._events import RequestReceived as RequestReceived
+from ._messages import BUDGET_CAPABILITY as BUDGET_CAPABILITY
 from ._messages import CAPABILITIES as CAPABILITIES
 from ._messages import DENIAL_CAPABILITY as DENIAL_CAPABILITY
 from ._messages import HEARTBEAT_CAPABILITY as HEARTBEAT_CAPABILITY
@@ -44,6 +45,7 @@ from ._messages import LIMITS_CAPABILITY as LIMITS_CAPABILITY
 from ._messages import PENDING_FRONTIER_CAPABILITY as PENDING_FRONTIER_CAPABILITY
 from ._messages import PROTOCOL_VERSION as PROTOCOL_VERSION
 from ._messages import TRACE_CAPABILITY as TRACE_CAPABILITY
+from ._messages import WALL_TIME_CAPABILITY as WALL_TIME_CAPABILITY
 from ._messages import YIELD_CAPABILITY as YIELD_CAPABILITY
 from ._messages import CellClosed as CellClosed
 from ._messages import CellList as CellList
@@ -55,6 +57,7 @@ from ._messages import Err as Err
 from ._messages import Execute as Execute
 from ._messages import ExecuteToPending as ExecuteToPending
 from ._messages import ExecutionStarted as ExecutionStarted
+from ._messages import GetUsage as GetUsage
 from ._messages import Hello as Hello
 from ._messages import HostMessage as HostMessage
 from ._messages import HostRequest as HostRequest
@@ -84,6 +87,7 @@ from ._messages import Terminate as Terminate
 from ._messages import ToolInvoke as ToolInvoke
 from ._messages import ToolResult as ToolResult
 from ._messages import Unauthorized as Unauthorized
+from ._messages import UsageReport as UsageReport
 from ._messages import VersionMismatch as VersionMismatch
 from ._messages import Wait as Wait
 from ._messages import WaitCompleted as WaitCompleted

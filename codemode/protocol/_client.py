@@ -66,6 +66,7 @@ from ._messages import (
     Execute,
     ExecuteToPending,
     ExecutionStarted,
+    GetUsage,
     HostMessage,
     HostRequest,
     HostResponse,
@@ -86,6 +87,7 @@ from ._messages import (
     ShutdownSession,
     Terminate,
     ToolInvoke,
+    UsageReport,
     WaitCompleted,
 )
 from ._operations import Kind, PendingOperation
@@ -269,6 +271,12 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         self._check_session(session_id)
         return self._request(Kind.CELLS, ListCells(session_id=session_id))
 
+    def usage(self, session_id: str) -> int:
+        """Queue `session/usage`: what the session used of its budgets, answered with a
+        `UsageReport`."""
+        self._check_session(session_id)
+        return self._request(Kind.USAGE, GetUsage(session_id=session_id))
+
     def cancel(self, request_id: int) -> None:
         """The caller of `request_id` went away (rule 3). Unknown or answered ids are ignored;
         a terminate or a shutdown still runs to its end. The answer of an abandoned execute,
@@ -365,6 +373,8 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
                 self._on_session_closed(request_id, pending, result)
             case Kind.CELLS:
                 self._on_cells(request_id, pending, result)
+            case Kind.USAGE:
+                self._on_usage(request_id, pending, result)
             case _:
                 assert_never(pending.kind)
 
@@ -432,6 +442,11 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
     def _on_cells(self, request_id: int, pending: PendingOperation, result: HostResult) -> None:
         if isinstance(result, Ok) and not isinstance(result.value, CellList):
             raise RemoteProtocolError("code-mode host returned an invalid cell list response")
+        self._events.append(Answered(request_id=request_id, result=result))
+
+    def _on_usage(self, request_id: int, pending: PendingOperation, result: HostResult) -> None:
+        if isinstance(result, Ok) and not isinstance(result.value, UsageReport):
+            raise RemoteProtocolError("code-mode host returned an invalid usage response")
         self._events.append(Answered(request_id=request_id, result=result))
 
     def _on_delegate_request(self, message: DelegateRequest) -> None:

@@ -60,12 +60,14 @@ from ._events import (
     RequestReceived,
 )
 from ._messages import (
+    BUDGET_CAPABILITY,
     CAPABILITIES,
     INVENTORY_CAPABILITY,
     LIMITS_CAPABILITY,
     PENDING_FRONTIER_CAPABILITY,
     PROTOCOL_VERSION,
     TRACE_CAPABILITY,
+    WALL_TIME_CAPABILITY,
     YIELD_CAPABILITY,
     CellClosed,
     ClientMessage,
@@ -76,6 +78,7 @@ from ._messages import (
     Execute,
     ExecuteToPending,
     ExecutionStarted,
+    GetUsage,
     Hello,
     HostRequest,
     HostResponse,
@@ -410,19 +413,25 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
                 return _invalid(f"code-mode session ID `{session_id}` is already open")
             if session_id in self._closed_sessions:
                 return _invalid(f"code-mode session ID `{session_id}` was reused")
-            if (
-                request.cell_execution_limits is not None
-                and LIMITS_CAPABILITY not in self.capabilities
+            limits = request.cell_execution_limits
+            if limits is None:
+                return None
+            for needed, present in (
+                (LIMITS_CAPABILITY, True),
+                (WALL_TIME_CAPABILITY, limits.max_wall_time_ms is not None),
+                (BUDGET_CAPABILITY, limits.has_session_budget),
             ):
-                return _invalid(
-                    "invalid code-mode session execution limits:"
-                    f" {LIMITS_CAPABILITY} was not negotiated"
-                )
+                if present and needed not in self.capabilities:
+                    return _invalid(
+                        f"invalid code-mode session execution limits: {needed} was not negotiated"
+                    )
             return None
         if isinstance(request, ListCells) and INVENTORY_CAPABILITY not in self.capabilities:
             return _invalid(
                 f"code-mode cell inventory needs the `{INVENTORY_CAPABILITY}` capability"
             )
+        if isinstance(request, GetUsage) and BUDGET_CAPABILITY not in self.capabilities:
+            return _invalid(f"code-mode session usage needs the `{BUDGET_CAPABILITY}` capability")
         if (
             isinstance(request, ExecuteToPending | WaitToPending)
             and PENDING_FRONTIER_CAPABILITY not in self.capabilities

@@ -33,6 +33,7 @@ from .._api import (
     NestedToolCall,
     Pending,
     RuntimeResponse,
+    SessionUsage,
     WaitOutcome,
     WaitRequest,
 )
@@ -57,6 +58,11 @@ TRACE_CAPABILITY = "trace-context"
 DENIAL_CAPABILITY = "tool-denial"
 """Allows the `denied` error kind on a tool call's `delegate/response`: the call's policy denied
 it, and the cell's promise rejects with an `Error` (docs/governance.md)."""
+WALL_TIME_CAPABILITY = "wall-time-limit"
+"""Enables `CellLimits.max_wall_time_ms` in `session/open`'s limits (docs/governance.md)."""
+BUDGET_CAPABILITY = "session-budget"
+"""Enables `CellLimits.max_session_tool_calls` and `max_session_cpu_time_ms` in
+`session/open`'s limits, and `session/usage`: what the session used (`Session.usage()`)."""
 CAPABILITIES = (
     LIMITS_CAPABILITY,
     PENDING_FRONTIER_CAPABILITY,
@@ -65,6 +71,8 @@ CAPABILITIES = (
     HEARTBEAT_CAPABILITY,
     TRACE_CAPABILITY,
     DENIAL_CAPABILITY,
+    WALL_TIME_CAPABILITY,
+    BUDGET_CAPABILITY,
 )
 """Everything this version of codemode speaks, host and client alike."""
 
@@ -296,6 +304,11 @@ class ListCells(_Request, tag="session/cells", frozen=True):
     """The session's live cells (needs `INVENTORY_CAPABILITY`), answered with a `CellList`."""
 
 
+class GetUsage(_Request, tag="session/usage", frozen=True):
+    """What the session used of its budgets (needs `BUDGET_CAPABILITY`), answered with a
+    `UsageReport`."""
+
+
 HostRequest: TypeAlias = (
     OpenSession
     | Execute
@@ -305,6 +318,7 @@ HostRequest: TypeAlias = (
     | Terminate
     | ShutdownSession
     | ListCells
+    | GetUsage
 )
 
 
@@ -336,7 +350,15 @@ class CellList(_Message, tag="session/cellList", frozen=True):
     cells: list[CellInfo]
 
 
-HostResponse: TypeAlias = SessionReady | ExecutionStarted | WaitCompleted | SessionClosed | CellList
+class UsageReport(_Message, tag="session/usageReport", frozen=True):
+    """The answer to `session/usage`."""
+
+    usage: SessionUsage
+
+
+HostResponse: TypeAlias = (
+    SessionReady | ExecutionStarted | WaitCompleted | SessionClosed | CellList | UsageReport
+)
 
 
 class OperationRequest(_Message, tag="operation/request", frozen=True):

@@ -18,6 +18,7 @@ class Kind(enum.Enum):
     TERMINATE = "terminate"
     SHUTDOWN = "shutdown"
     CELLS = "cells"
+    USAGE = "usage"
 
 
 class PendingOperation:

@@ -114,11 +114,14 @@ class Idle(msgspec.Struct, frozen=True):
 
 class Finished(msgspec.Struct, frozen=True):
     """The cell's JavaScript is over; `error_text` is set exactly when the outcome is ERROR or
-    CPU_LIMIT; `heap_bytes`: the JavaScript heap the cell held then (telemetry)."""
+    CPU_LIMIT; `heap_bytes`: the JavaScript heap the cell held then (telemetry); `cpu_us`: the
+    CPU time all its turns used, the last one included (a cell that ends in its first turn
+    publishes no `Idle`)."""
 
     outcome: Outcome
     error_text: str | None
     heap_bytes: int = 0
+    cpu_us: int = 0
 
 
 CellEvent = (
@@ -138,6 +141,8 @@ CellEvent = (
 
 _OUTCOMES = {outcome.value: outcome for outcome in Outcome}
 """`Outcome(n)` without the Enum's Python-level call (once a cell)."""
+_OUTCOME_MASK = (1 << _quickjs.FINISHED_CPU_SHIFT) - 1
+"""`EV_FINISHED` carries the outcome in these bits of `n1`, the CPU microseconds above."""
 
 
 RawEvent: TypeAlias = tuple[int, int, int, int, str | bytes | None, str | bytes | None]
@@ -179,8 +184,8 @@ def decode_event(
             return TimerCleared(n1)
         case _quickjs.EV_FINISHED:
             assert a is None or isinstance(a, str)
-            outcome = _OUTCOMES[n1]
+            outcome = _OUTCOMES[n1 & _OUTCOME_MASK]
             if outcome is Outcome.ERROR and a is None:
                 a = "InternalError: out of memory"  # the error text itself could not be made
-            return Finished(outcome, a, n2)
+            return Finished(outcome, a, n2, n1 >> _quickjs.FINISHED_CPU_SHIFT)
     raise ValueError(f"unknown engine event kind {kind}")

@@ -17,8 +17,9 @@
  *    malloc'd copies of their data in, events carry malloc'd copies out.
  * 3. `interrupt` needs neither a worker nor the GIL: it sets an atomic flag that the interrupt
  *    handler reads, and queues a wake-up so an idle cell reports the interrupt too.
- * 4. A cell reports exactly one EV_FINISHED (ok, error or interrupted); after it, commands other
- *    than close are dropped. A closed cell never reports anything.
+ * 4. A cell reports exactly one EV_FINISHED (ok, error or interrupted), with the CPU time of
+ *    all its turns; after it, commands other than close are dropped. A closed cell never
+ *    reports anything.
  * 5. QuickJS cannot preempt a running turn, so a cell that computes forever holds its worker
  *    until interrupted. A monitor thread grows the pool (up to max_workers) whenever queued
  *    work has waited STARVATION_NS with every worker busy and no turn completing: spinning
@@ -144,6 +145,9 @@ enum event_kind {
 };
 
 enum outcome { OUTCOME_OK = 0, OUTCOME_ERROR = 1, OUTCOME_INTERRUPTED = 2, OUTCOME_CPU_LIMIT = 3 };
+
+/* EV_FINISHED's n1 carries the outcome below this bit and the cell's CPU microseconds from it. */
+#define FINISHED_CPU_SHIFT 8
 
 /* Which heap limit refused an allocation (the text of the cell's failure names it). */
 enum heap_exhaustion { HEAP_FREE = 0, HEAP_CELL_LIMIT, HEAP_HOST_BUDGET };
@@ -801,8 +805,13 @@ static void finish(cell_t *c, int outcome, char *text, size_t len)
         return;
     }
     node->next = NULL;
-    /* n2: the heap the cell holds as it ends (telemetry: the cell span's heap attribute). */
-    node->ev = (event_t){c->key, EV_FINISHED, outcome, (int64_t)c->heap_used, text, len, NULL, 0};
+    /* n1: the outcome in its low 8 bits, above them the CPU time of every turn in
+       microseconds, the running one included (a cell that ends in its first turn publishes no
+       EV_IDLE: its CPU time is known only here). n2: the heap the cell holds as it ends
+       (telemetry: the cell span's heap attribute). */
+    int64_t cpu_us = (c->cpu_ns + (thread_cpu_ns() - c->turn_start_ns)) / 1000;
+    node->ev = (event_t){c->key, EV_FINISHED, (int64_t)outcome | (cpu_us << FINISHED_CPU_SHIFT),
+                         (int64_t)c->heap_used, text, len, NULL, 0};
     pthread_mutex_lock(&e->ev_lock);
     if (e->finished_tail)
         e->finished_tail->next = node;
@@ -3408,6 +3417,7 @@ static int module_exec(PyObject *module)
         {"OUTCOME_ERROR", OUTCOME_ERROR},
         {"OUTCOME_INTERRUPTED", OUTCOME_INTERRUPTED},
         {"OUTCOME_CPU_LIMIT", OUTCOME_CPU_LIMIT},
+        {"FINISHED_CPU_SHIFT", FINISHED_CPU_SHIFT},
         {"MAX_STACK_LIMIT", (long)(WORKER_STACK_SIZE - STACK_MARGIN)},
         {"DEFAULT_STACK_LIMIT", (long)DEFAULT_JS_STACK},
     };

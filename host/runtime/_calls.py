@@ -20,8 +20,10 @@ Rules:
    ran its first step): a pending frontier is delivered only after the delegate saw each call it
    lists, so an application can settle them (over the wire: each call's frame goes first).
 5. Each call holds a pending-call slot of the connection's `Admission` from when the cell makes
-   it until its task ends (or it is dropped unstarted). A tool call past the bound is rejected
-   at once with `code-mode host has too many pending delegate calls` and never reaches the
+   it until its task ends (or it is dropped unstarted). A tool call past the bound, or past the
+   session's tool call budget (`_budget`, checked first; a call that passes both counts
+   against it), is rejected at once with its text (`code-mode host has too many pending
+   delegate calls`, `session tool call budget of N calls is used up`) and never reaches the
    delegate; a notification past it is dropped, and logged once per cell (the first drop, then
    their count when the cell closes: a `notify()` loop must not flood the log).
 6. A delegate that is a `ToolForwarder` (the host's, which only sends the call over the wire)
@@ -49,6 +51,7 @@ from codemode._trio import CLEANUP_GRACE, CallbackGroup, CallWorkers, contained
 from codemode.errors import TOO_MANY_CALLS, ToolDeniedError, tool_failure_message
 
 from ._admission import Admission
+from ._budget import SessionBudget
 
 logger = logging.getLogger("codemode.runtime")
 
@@ -109,6 +112,7 @@ class CellCalls:
         accepting: whether a tool answer may still reach the engine (rule 2).
         submit: runs a command for the engine now, or later if the cell is paused.
         admission: where the calls take their pending-call slots (rule 5).
+        budget: the session's budget the tool calls count against (rule 5).
         timed: measure each tool call's round trip (`round_trips_ns`), for the cell's report.
     """
 
@@ -123,6 +127,7 @@ class CellCalls:
         accepting: Callable[[], bool],
         submit: Callable[[Callable[[], None]], None],
         admission: Admission,
+        budget: SessionBudget,
         timed: bool = False,
     ) -> None:
         self._cell_id = cell_id
@@ -132,6 +137,7 @@ class CellCalls:
         self._accepting = accepting
         self._submit = submit
         self._admission = admission
+        self._budget = budget
         self.pending_tools = 0
         """Tool calls made and not answered yet (held ones included)."""
         self._tools = CallbackGroup(workers)
@@ -152,9 +158,14 @@ class CellCalls:
     def tool_call(self, event: ToolCallRequested, *, hold: bool) -> bool:
         """Start (or hold back, rule 1) the call a cell made; False if it was refused (rule 5:
         its promise is rejected)."""
+        refusal = self._budget.tool_call_refusal()
+        if refusal is not None:
+            self._answer(event.call_id, rejection=refusal)
+            return False
         if not self._admission.take_call():
             self._answer(event.call_id, rejection=TOO_MANY_CALLS)
             return False
+        self._budget.tool_calls += 1
         definition = self._request.enabled_tools[event.tool_index]
         call = NestedToolCall(
             cell_id=self._cell_id,

@@ -31,8 +31,13 @@ Rules (design.md, runtime 5):
 8. The engine's events, `Finished` included, are handled in the collector's step
    (`EngineCell.handle_events`): a cell with no call left to wait for completes there.
 9. The cell's deadlines are alarms of the engine (`_jswait`) while its JavaScript runs: its
-   observer's window end (rule 6 of `_observer`), and after a termination the moment its turn
-   is abandoned.
+   observer's window end (rule 6 of `_observer`), its wall-clock limit, and after a
+   termination the moment its turn is abandoned. Past its wall-clock limit
+   (`CellLimits.max_wall_time_ms`, counted from its admission, less the time it was paused by
+   `pause_deadline`) a running cell's JavaScript is interrupted, and the cell then completes
+   as the CPU limit makes it: `Completed` with `exec cell exceeded its time limit of N ms`,
+   its output kept, its tool calls cancelled and waited for (rule 1's grace), its stored-value
+   writes dropped (rule 2).
 10. A cell gets a task (`run`) only to wait itself: for the calls in flight when its
    JavaScript ended, for a termination, or to raise its handler's exception. Running, waiting
    and holding a completion need none (a task per cell cost a sixth of the host's
@@ -40,6 +45,8 @@ Rules (design.md, runtime 5):
 11. A cell made with `report_to` records its life (`CellReport`: a few wall-clock stamps and
    counts, never its source or payloads) and hands the report to `report_to` at its close,
    just before `cell_closed`; without it the cell records nothing but its turn count.
+12. The cell counts its tool calls (`_calls`, rule 5) and its CPU time against the session's
+   budget (`_budget`) as the engine reports them: at each `Idle` and at `Finished`.
 """
 
 from __future__ import annotations
@@ -82,6 +89,7 @@ from codemode.errors import (
     AlreadyTerminatingError,
     ObserverBusyError,
     RuntimeEndedError,
+    time_limit_exceeded,
 )
 from codemode.observability import CellReport, error_type
 
@@ -131,7 +139,9 @@ class RuntimeCell:
         self._share = share
         self._holds_slot = True  # rule 7: the session took it when it admitted the cell
         self._admitted_at = share.now()
+        self._cpu_us = 0  # as the engine last reported it (rule 12)
         self._cpu_time_ms = 0.0
+        self._time_is_up = False  # its wall-clock limit interrupted it (rule 9)
         # An initial observer without a window is `execute_to_pending`'s.
         self._frontier = Frontier(engine_cell, mode=initial_window_ms is None)
         self._calls = CellCalls(
@@ -143,6 +153,7 @@ class RuntimeCell:
             accepting=lambda: self._js_running and self.lifecycle is Lifecycle.RUNNING,
             submit=self._frontier.submit,
             admission=share.admission,
+            budget=share.budget,
             timed=report_to is not None,
         )
         self._timers = CellTimers(share.alarms, self._frontier.submit)
@@ -156,6 +167,8 @@ class RuntimeCell:
         self._completion_error: str | None = None
         self._terminated: Terminated | None = None
         self._js_wait = JavaScriptWait(cell_id, engine_cell, share.alarms)
+        if share.wall_time_ms is not None:
+            self._js_wait.limit_at(self._admitted_at + share.wall_time_ms / 1000, self._time_up)
         self._spawn: Callable[[Callable[[], Awaitable[None]]], None] | None = None
         self._has_task = False
         self._aborted = False
@@ -181,6 +194,29 @@ class RuntimeCell:
         self._aborted = True
         if not self._has_task:
             self._close()
+
+    def pause_deadline(self) -> None:
+        """Stop counting the cell's wall-clock limit (while it waits for something that is
+        not its own doing, an approval say) until `resume_deadline`; nothing without one."""
+        self._js_wait.pause_limit()
+
+    def resume_deadline(self) -> None:
+        """Count the wall-clock limit again, with the time it had left when paused."""
+        self._js_wait.resume_limit()
+
+    def _time_up(self) -> None:
+        """The wall-clock limit came (rule 9): interrupt the JavaScript, which then finishes
+        `INTERRUPTED`; `_javascript_finished` completes the cell with the limit's text."""
+        if self._js_running and self.lifecycle is Lifecycle.RUNNING:
+            self._time_is_up = True
+            self._frontier.drop()  # answers held at a frontier can no longer matter
+            self._engine_cell.interrupt()
+
+    def _count_cpu(self, cpu_us: int) -> None:
+        if cpu_us > self._cpu_us:
+            self._share.budget.cpu_us += cpu_us - self._cpu_us
+            self._cpu_us = cpu_us
+            self._cpu_time_ms = cpu_us / 1000
 
     @property
     def closing(self) -> bool:
@@ -428,7 +464,7 @@ class RuntimeCell:
                 if observer is not None and not observer.frontier:
                     self._mark_boundary(observer)
             case Idle(cpu_us=cpu_us):
-                self._cpu_time_ms = cpu_us / 1000
+                self._count_cpu(cpu_us)
                 self._turns += 1
                 if self._frontier.reached(event) and observer is not None:
                     observer.notify()
@@ -459,14 +495,20 @@ class RuntimeCell:
         self._js_running = False
         self._timers.cancel_all()
         self._js_wait.end()
+        self._count_cpu(finished.cpu_us)
         if self._report_to is not None:
-            self._life.finished(finished)
+            self._life.finished(finished, time_is_up=self._time_is_up)
         if self.lifecycle is not Lifecycle.RUNNING:
             return  # terminating: the cell task finishes the termination
         if finished.outcome is Outcome.INTERRUPTED:
-            # Interrupted without a termination: the engine is shutting down.
+            # Interrupted without a termination: its time was up (rule 9), or the engine is
+            # shutting down. Cut off either way: nothing is committed.
             self._writes.clear()
-            finished = Finished(Outcome.ERROR, "exec runtime ended unexpectedly")
+            text = "exec runtime ended unexpectedly"
+            limit_ms = self._share.wall_time_ms
+            if self._time_is_up and limit_ms is not None:
+                text = time_limit_exceeded(limit_ms)
+            finished = Finished(Outcome.ERROR, text)
         elif finished.outcome is Outcome.CPU_LIMIT:
             self._writes.clear()  # cut off, as a termination is: nothing is committed
         self._move(LifecycleTrigger.JS_FINISHED)
@@ -506,6 +548,7 @@ class RuntimeCell:
         if self.closed.is_set():
             return  # closed at its claim
         self._js_running = False
+        self._js_wait.end()  # an aborted cell's deadlines go with it
         self._engine_cell.close()
         self._calls.cancel("the cell closed")
         self._calls.detach()
@@ -556,11 +599,14 @@ class _Life:
         self.outcome: str | None = None  # set by a termination, or by the JavaScript's end
         self.error_type: str | None = None
 
-    def finished(self, finished: Finished) -> None:
+    def finished(self, finished: Finished, *, time_is_up: bool = False) -> None:
         self.finished_ns = time.time_ns()
         self.heap_bytes = finished.heap_bytes
         if self.outcome is not None:
             return  # terminated first
+        if time_is_up and finished.outcome is Outcome.INTERRUPTED:
+            self.outcome = "time_limit"
+            return
         text = finished.error_text or ""
         if finished.error_text is not None and finished.outcome is not Outcome.CPU_LIMIT:
             self.error_type = error_type(finished.error_text)

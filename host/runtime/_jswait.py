@@ -1,12 +1,16 @@
 """The cell's deadlines while its JavaScript runs (rule 9 of `_cell`), and its task's wait for
 the JavaScript when it has a task (rule 10).
 
-The wait hands the engine's events to the cell's handler until `Finished`. The cell's two
+The wait hands the engine's events to the cell's handler until `Finished`. The cell's
 deadlines are alarms of the engine (`Engine.alarms`), not cancel scopes around the wait: the
-end of the observer's window, at which the observer is woken, and, after a termination, the
-moment the running turn is abandoned, at which the wait stops. A cancel scope costs about as
-much as the rest of a trivial cell's observation (`docs/performance-history.md`, seventh
-round), and nearly every window outlives its cell.
+end of the observer's window, at which the observer is woken; the cell's wall-clock limit
+(`CellLimits.max_wall_time_ms`), at which the cell is told its time is up; and, after a
+termination, the moment the running turn is abandoned, at which the wait stops. A cancel scope
+costs about as much as the rest of a trivial cell's observation
+(`docs/performance-history.md`, seventh round), and nearly every window outlives its cell.
+
+The wall-clock limit can be paused and resumed (`pause_limit`, `resume_limit`): time paused
+does not count (an approval the cell waits for); time at a pending frontier does.
 """
 
 from __future__ import annotations
@@ -46,6 +50,9 @@ class JavaScriptWait:
         self._alarms = alarms
         self._window: Alarm | None = None
         self._abandon: Alarm | None = None
+        self._limit: Alarm | None = None
+        self._limit_left: float | None = None  # seconds left while the limit is paused
+        self._expire: Callable[[], object] | None = None  # the paused limit's function
         self._over = False
 
     def wake_at(self, deadline: float | None, wake: Callable[[], None]) -> None:
@@ -60,6 +67,31 @@ class JavaScriptWait:
                 return
             window.cancel()
         self._window = self._alarms.call_at(deadline, wake)
+
+    def limit_at(self, deadline: float, expire: Callable[[], None]) -> None:
+        """The cell may run until `deadline` (trio's clock): `expire()` then, unless its
+        JavaScript ended first. Set once, when the cell starts."""
+        if not self._over:
+            self._limit = self._alarms.call_at(deadline, expire)
+
+    def pause_limit(self) -> None:
+        """Stop the wall-clock limit's count (nothing without a limit, once it expired, or
+        while paused already); `resume_limit` goes on with the time it had left."""
+        limit = self._limit
+        if limit is None or not limit.pending or self._limit_left is not None:
+            return
+        self._limit_left = max(0.0, limit.when - trio.current_time())
+        self._expire = limit.fn
+        limit.cancel()
+
+    def resume_limit(self) -> None:
+        """Count the wall-clock limit again, from the time it had left when paused."""
+        expire, left = self._expire, self._limit_left
+        if expire is None or left is None:
+            return
+        self._limit_left = self._expire = None
+        if not self._over:
+            self._limit = self._alarms.call_at(trio.current_time() + left, expire)
 
     def abandon_soon(self) -> None:
         """The cell was terminated (its JavaScript interrupted): give its running turn up
@@ -87,6 +119,7 @@ class JavaScriptWait:
         """The JavaScript ended (its `Finished` handled, with or without a task waiting): the
         deadlines are dropped. Idempotent."""
         self._over = True  # a window can end only while the JavaScript runs
-        for alarm in (self._window, self._abandon):
+        for alarm in (self._window, self._abandon, self._limit):
             if alarm is not None:
                 alarm.cancel()
+        self._expire = None  # the cell's bound method: no reference kept past its end

@@ -13,6 +13,9 @@ Rules:
 5. A new cell is admitted against the connection's (or provider's) `Admission`: it takes an
    active-cell slot, and the session must hold fewer completions nobody collected than
    `max_uncollected_results` (`AdmissionError` otherwise; nothing is dropped).
+6. The session keeps its budgets (`_budget`): its cells count their tool calls and CPU time
+   there, a new cell is admitted only while the CPU budget lasts, and `usage()` reports the
+   counts.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from codemode import (
     Pending,
     RuntimeResponse,
     SessionDelegate,
+    SessionUsage,
     StartedCell,
     Terminated,
     WaitOutcome,
@@ -45,6 +49,7 @@ from codemode.errors import ObserverBusyError, RuntimeEndedError, SessionShuttin
 from codemode.observability import CellReport
 
 from ._admission import Admission
+from ._budget import SessionBudget
 from ._cell import RuntimeCell
 from ._observer import DEFAULT_YIELD_TIME_MS, Preemption, observation_window_ms
 from ._phases import Lifecycle
@@ -114,6 +119,8 @@ class RuntimeSession:
             cells=self._cells,
             watch=self._watch,
             max_response_bytes=max_response_bytes,
+            budget=SessionBudget(limits),
+            wall_time_ms=limits.max_wall_time_ms,
         )
 
     @property
@@ -227,6 +234,7 @@ class RuntimeSession:
     ) -> RuntimeCell:
         if not self._alive:
             raise SessionShuttingDownError()
+        self._share.budget.admit_cell()
         self._admission.admit_cell(self._share.uncollected)
         try:
             engine_cell = self._engine.start_cell(
@@ -382,6 +390,17 @@ class RuntimeSession:
         if not self._alive:
             raise SessionShuttingDownError()
         return self.inventory()
+
+    async def usage(self) -> SessionUsage:
+        """What the session's cells used of its budgets (rule 6).
+
+        Raises:
+            SessionShuttingDownError: shutdown has begun.
+        """
+        await trio.lowlevel.checkpoint()
+        if not self._alive:
+            raise SessionShuttingDownError()
+        return self._share.budget.usage()
 
     def inventory(self) -> list[CellInfo]:
         """`cells()` without a checkpoint, also while shutting down (the host's log)."""

@@ -16,6 +16,7 @@ import trio
 from codemode._trio import Alarms, CallWorkers
 
 from ._admission import Admission
+from ._budget import SessionBudget
 from ._watch import CellWatch
 
 if TYPE_CHECKING:
@@ -28,6 +29,8 @@ class CellShare:
     Attributes:
         workers: where the cells' delegate calls run.
         admission: the capacity the session shares with the others of its connection.
+        budget: the session's budgets and what its cells used (`_budget`).
+        wall_time_ms: how long each cell may run (None: no wall-clock limit).
         alarms: where the cells' deadlines wait (the engine's).
         commit: merges a naturally completed cell's stored-value writes into the session.
         cells: the session's registry of live cells, by id (its `_cells`).
@@ -43,11 +46,13 @@ class CellShare:
     __slots__ = (
         "admission",
         "alarms",
+        "budget",
         "cells",
         "commit",
         "max_response_bytes",
         "now",
         "uncollected",
+        "wall_time_ms",
         "watch",
         "workers",
     )
@@ -62,9 +67,13 @@ class CellShare:
         cells: dict[str, RuntimeCell],
         watch: CellWatch,
         max_response_bytes: int | None,
+        budget: SessionBudget,
+        wall_time_ms: int | None = None,
     ) -> None:
         self.workers = workers
         self.admission = admission
+        self.budget = budget
+        self.wall_time_ms = wall_time_ms
         self.alarms = alarms
         self.commit = commit
         self.cells = cells
