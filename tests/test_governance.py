@@ -549,3 +549,46 @@ async def test_a_call_running_when_its_host_is_killed_is_journaled_unknown() -> 
         ("lookup", "completed"),
         ("charge_card", "unknown: the host was lost while it ran"),
     ]
+
+
+@pytest.mark.parametrize("action", ["accept", "decline", None])
+async def test_mcp_serve_asks_its_client_with_an_elicitation(action: str | None) -> None:
+    """`codemode mcp serve`'s service asks the MCP client's user about a marked tool; a client
+    without elicitation gets a denial naming why."""
+    import mcp_types as types
+    from mcp import Client
+
+    from codemode.mcp._serve import open_code_mode_service
+
+    tools = Tools()
+    messages: list[str] = []
+
+    async def elicit(context: Any, params: Any) -> types.ElicitResult:
+        messages.append(params.message)
+        return types.ElicitResult(action=action or "cancel")
+
+    source = 'try { text(await tools.send_mail({ to: "a@b" })) } catch (e) { text(e.message) }'
+    callback = None if action is None else elicit
+    with trio.fail_after(BOUND):
+        async with (
+            codemode.open_in_process_provider() as provider,
+            open_code_mode_service(provider, tools.toolbox) as service,
+            Client(service.server(), mode="legacy", elicitation_callback=callback) as client,
+        ):
+            result = await client.call_tool("exec", {"code": source})
+            text = "".join(b.text for b in result.content if isinstance(b, types.TextContent))
+            while "Script running" in text:
+                cell_id = text.split("cell ID ")[1].split()[0]
+                result = await client.call_tool("wait", {"cell_id": cell_id})
+                text = "".join(b.text for b in result.content if isinstance(b, types.TextContent))
+    last = text.splitlines()[-1]
+    if action == "accept":
+        assert messages == ['Allow tools.send_mail({"to": "a@b"}) (tool-1 of exec cell 1)?']
+        assert last == "sent to a@b"
+    elif action == "decline":
+        assert last == "tool tools.send_mail was denied: the MCP client's user chose decline"
+    else:
+        assert last == (
+            "tool tools.send_mail was denied: the MCP client cannot be asked"
+            " (it does not support elicitation)"
+        )

@@ -24,6 +24,7 @@ Rules:
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -38,6 +39,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .._api import CellId, InputText, JsonValue, NestedToolCall, Session
 from .._combine import ToolSource
+from .._governance import ApprovalRequest, Approve, DefaultPolicy, Deny, MarksApproval
 from ..model import CodeMode, NamespaceDescription, ToolOutput, tool_specs
 from ..observability import continued_trace
 
@@ -75,6 +77,11 @@ def call_tool_result(output: ToolOutput) -> types.CallToolResult:
     return types.CallToolResult(content=content, is_error=not output.success)
 
 
+def _marks(tools: object) -> MarksApproval | None:
+    """The tool source's approval marks, if it has them (a `Toolbox`, `combine`)."""
+    return tools if isinstance(tools, MarksApproval) else None
+
+
 def _connection_key(ctx: Context) -> str:
     request = ctx.request
     headers = getattr(request, "headers", None)
@@ -102,6 +109,8 @@ class _Connection:
             self,
             self._service.tools.definitions(),
             namespace_descriptions=self._service.namespace_descriptions,
+            policy=DefaultPolicy(_marks(self._service.tools)),
+            approver=self._approve,
         )
         try:
             if name == "exec":
@@ -124,6 +133,32 @@ class _Connection:
                     del self._by_cell[cell_id]
         finally:
             self._progress.pop(id(ctx), None)
+
+    async def _approve(self, request: ApprovalRequest) -> Approve | Deny:
+        """Ask the MCP client's user about a call that needs approval, with an elicitation
+        on the request the cell is observed by (docs/governance.md); deny if it cannot ask."""
+        ctx = self._by_cell.get(request.cell_id) or self._latest
+        if ctx is None:
+            return Deny("no MCP client request is open to ask through")
+        asks = types.ClientCapabilities(elicitation=types.ElicitationCapability())
+        if not ctx.session.check_client_capability(asks):
+            return Deny("the MCP client cannot be asked (it does not support elicitation)")
+        arguments = json.dumps(request.arguments, ensure_ascii=False)
+        message = (
+            f"Allow tools.{request.identifier}({arguments})"
+            f" ({request.call_id} of exec cell {request.cell_id})?"
+        )
+        try:
+            answer = await ctx.session.elicit_form(
+                message,
+                {"type": "object", "properties": {}},
+                related_request_id=ctx.request_id,
+            )
+        except Exception as error:  # the client left, or refused the request
+            return Deny(f"the MCP client could not be asked: {error}")
+        if answer.action == "accept":
+            return Approve()
+        return Deny(f"the MCP client's user chose {answer.action}")
 
     # The SessionDelegate of this client's cells: tools go to the service's tool source.
 
