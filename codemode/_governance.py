@@ -27,6 +27,10 @@ Rules:
 5. While a call waits for its approver it is listed by `waiting(cell_id)`, and `on_waiting`
    (when set) is called once as it starts waiting: `CodeMode` makes the cell's active
    observation return at once, so the model learns of the wait instead of polling blindly.
+6. The runtime learns of the wait too: whoever runs the call (the in-process runtime, or the
+   client of a host) puts a reporter in `approval_reporter` for it, called with True as the
+   wait begins and False as it ends, so `Session.cells()` lists the call and the cell's
+   wall-clock limit pauses while all its calls wait so.
 """
 
 from __future__ import annotations
@@ -162,6 +166,11 @@ class JournalEntry:
     ended: float | None = None
     outcome: str = "running"
 
+
+approval_reporter: contextvars.ContextVar[Callable[[bool], None] | None] = contextvars.ContextVar(
+    "codemode_approval_reporter", default=None
+)
+"""Rule 6: set by the runner of a call, for the wait of that call."""
 
 approved: contextvars.ContextVar[NestedToolCall | None] = contextvars.ContextVar(
     "codemode_approved_call", default=None
@@ -299,6 +308,9 @@ class GovernedTools:
         waiting = self._waiting.setdefault(call.cell_id, [])
         waiting.append(entry)
         entry.outcome = "waiting for approval"
+        report = approval_reporter.get()
+        if report is not None:
+            report(True)
         try:
             if self.on_waiting is not None:
                 await self.on_waiting(call.cell_id)
@@ -308,6 +320,8 @@ class GovernedTools:
                 return await self._approver(request)
             return decision.on_timeout
         finally:
+            if report is not None:
+                report(False)
             entry.outcome = "running"
             waiting.remove(entry)
             if not waiting:

@@ -198,7 +198,9 @@ class ToolThreadStatistics(msgspec.Struct, frozen=True, kw_only=True):
     limits: ToolThreadLimits
 
 
-class CellInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class CellInfo(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
     """One live cell of a session, as `Session.cells()` reports it (for capacity).
 
     Parameters:
@@ -210,6 +212,8 @@ class CellInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         pending_tool_calls: its tool calls not answered yet.
         buffered_output_bytes: the size of its output no observation took yet.
         cpu_time_ms: the CPU time its JavaScript used so far, as the engine reports it.
+        waiting_for_approval: its tool calls (`tool-N`) waiting for the application's
+            approval now (docs/governance.md); sent only when not empty.
     """
 
     cell_id: str
@@ -218,6 +222,7 @@ class CellInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     pending_tool_calls: int
     buffered_output_bytes: int
     cpu_time_ms: float
+    waiting_for_approval: list[str] = msgspec.field(default_factory=list)
 
 
 class SessionUsage(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -170,6 +170,8 @@ class Requests:
         self._active: dict[int, Operation] = {}
         self._calls: dict[int, OneShot[DelegateResult]] = {}
         self._forwards: dict[int, Callable[[DelegateResult], None]] = {}
+        self._tool_calls: dict[int, tuple[str, str, str]] = {}
+        """Each open tool call's (session id, cell id, `tool-N`), for `approval_waiting`."""
         self._disconnected = False
 
     # ---- dispatch ------------------------------------------------------------------------
@@ -203,7 +205,17 @@ class Requests:
             if session is not None:
                 session.request_preempt(cell_id)
 
+    def approval_waiting(self, call_id: int, waiting: bool) -> None:
+        """`delegate/waiting`: tool call `call_id` started or stopped waiting for approval."""
+        target = self._tool_calls.get(call_id)
+        if target is not None:
+            session_id, cell_id, runtime_id = target
+            session = self._sessions.get(session_id)
+            if session is not None:
+                session.approval_waiting(cell_id, runtime_id, waiting)
+
     def answered(self, call_id: int, result: DelegateResult) -> None:
+        self._tool_calls.pop(call_id, None)
         forward = self._forwards.pop(call_id, None)
         if forward is not None:
             forward(result)
@@ -383,6 +395,7 @@ class Requests:
         call_id = self._send_call(session_id, cell_id, request)
         if isinstance(call_id, Err):
             return call_id
+        self._track(call_id, session_id, cell_id, request)
         slot: OneShot[DelegateResult] = OneShot()
         self._calls[call_id] = slot
         self._flush()
@@ -390,6 +403,7 @@ class Requests:
             return await slot.get()
         finally:
             del self._calls[call_id]
+            self._tool_calls.pop(call_id, None)
             if not slot.is_set():
                 self._connection.cancel_call(call_id)
                 self._flush()
@@ -421,14 +435,23 @@ class Requests:
             on_result(call_id)
             return _nothing
         self._forwards[call_id] = on_result
+        self._track(call_id, session_id, cell_id, request)
         self._flush()
 
         def cancel() -> None:
+            self._tool_calls.pop(call_id, None)
             if self._forwards.pop(call_id, None) is not None:
                 self._connection.cancel_call(call_id)
                 self._flush()
 
         return cancel
+
+    def _track(
+        self, call_id: int, session_id: str, cell_id: str, request: ToolInvoke | NotificationSend
+    ) -> None:
+        if isinstance(request, ToolInvoke):
+            runtime_id = request.invocation.runtime_tool_call_id
+            self._tool_calls[call_id] = (session_id, cell_id, runtime_id)
 
     def cell_closed(self, session_id: str, cell_id: str, report: CellReport | None = None) -> None:
         if self._disconnected:
@@ -448,6 +471,7 @@ class Requests:
         gone = Err(kind=ErrorKind.INTERNAL, message=CLIENT_GONE)
         for slot in self._calls.values():
             slot.set(gone)
+        self._tool_calls.clear()
         forwards, self._forwards = self._forwards, {}
         for forward in forwards.values():
             forward(gone)

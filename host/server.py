@@ -41,6 +41,7 @@ from codemode.protocol import (
     CAPABILITIES,
     HEARTBEAT_CAPABILITY,
     NEED_DATA,
+    ApprovalWaiting,
     CancelRequested,
     ConnectionEnded,
     ConnectionState,
@@ -219,6 +220,8 @@ async def _read(
                     requests.preempt(request_id)
                 case DelegateAnswered(call_id=call_id, result=result):
                     requests.answered(call_id, result)
+                case ApprovalWaiting(call_id=call_id, waiting=waiting):
+                    requests.approval_waiting(call_id, waiting)
                 case HandshakeCompleted():
                     reading.deadline = math.inf  # the hello deadline is met
                     if on_ready is not None and not on_ready():

@@ -115,8 +115,15 @@ def test_only_the_cli_imports_the_optional_mcp_package() -> None:
 
 
 def test_the_host_imports_only_the_front_door_the_protocol_and_the_trio_helpers() -> None:
-    # `codemode.observability` is a front door of its own: the cells' reports and spans.
-    allowed = ("codemode.errors", "codemode.protocol", "codemode._trio", "codemode.observability")
+    # `codemode.observability` is a front door of its own: the cells' reports and spans. The
+    # runtime runs in-process calls, so it sets `_governance.approval_reporter` for them.
+    allowed = (
+        "codemode.errors",
+        "codemode.protocol",
+        "codemode._trio",
+        "codemode.observability",
+        "codemode._governance",
+    )
     for path, owner, names in _modules("host", "codemode_host"):
         for name in _ours(names, "codemode"):
             front_door = name.count(".") == 1 and not name.split(".")[1].startswith("_")
@@ -151,6 +158,7 @@ WIRE_MAY_IMPORT = (
     "codemode._providers",
     "codemode._closing",
     "codemode.observability",
+    "codemode._governance",
 )
 PROVIDER_PACKAGES = ("codemode.process", "codemode.remote", "codemode.ray")
 

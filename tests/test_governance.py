@@ -3,7 +3,7 @@ approvals, hooks and the journal, with the real engine on every provider row."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import trio
@@ -552,7 +552,9 @@ async def test_a_call_running_when_its_host_is_killed_is_journaled_unknown() -> 
 
 
 @pytest.mark.parametrize("action", ["accept", "decline", None])
-async def test_mcp_serve_asks_its_client_with_an_elicitation(action: str | None) -> None:
+async def test_mcp_serve_asks_its_client_with_an_elicitation(
+    action: Literal["accept", "decline"] | None,
+) -> None:
     """`codemode mcp serve`'s service asks the MCP client's user about a marked tool; a client
     without elicitation gets a denial naming why."""
     import mcp_types as types
@@ -592,3 +594,41 @@ async def test_mcp_serve_asks_its_client_with_an_elicitation(action: str | None)
             "tool tools.send_mail was denied: the MCP client cannot be asked"
             " (it does not support elicitation)"
         )
+
+
+async def test_the_session_lists_a_call_waiting_for_approval_and_its_time_limit_pauses(
+    provider: Provider,
+) -> None:
+    """The runtime learns of the wait (in-process directly, a host through `delegate/waiting`):
+    `Session.cells()` names the call, and a wall-clock limit shorter than the wait does not end
+    the cell while only that call is pending."""
+    tools = Tools()
+    asked = trio.Event()
+    decide = trio.Event()
+
+    async def approver(request: ApprovalRequest) -> Verdict:
+        asked.set()
+        await decide.wait()
+        return Approve()
+
+    with trio.fail_after(BOUND):
+        session = await provider.create_session(codemode.CellLimits(max_wall_time_ms=1000))
+        code_mode = CodeMode(session, tools.toolbox, tools.toolbox.definitions(), approver=approver)
+        first = await code_mode.exec("call-1", 'text(await tools.send_mail({ to: "a@b" }));')
+        assert first.status == "running"
+        await asked.wait()
+        while True:
+            (cell,) = await session.cells()
+            if cell.waiting_for_approval:
+                break
+            await trio.testing.wait_all_tasks_blocked()
+        assert cell.waiting_for_approval == ["tool-1"]
+        # Well past the 1 s limit, the cell still runs: its time is paused. (Not a
+        # synchronisation: the time the limit must not count is the point of the test.)
+        await trio.sleep(1.5)
+        (cell,) = await session.cells()
+        assert cell.phase == "running"
+        decide.set()
+        done = await code_mode.wait({"cell_id": first.cell_id, "yield_time_ms": 60000})
+    assert done.status == "completed", done.text
+    assert done.text.splitlines()[-1] == "sent to a@b"

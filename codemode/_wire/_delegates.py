@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 
 import msgspec
 import trio
 
 from .._api import SessionDelegate
+from .._governance import approval_reporter
 from .._text import well_formed
 from .._trio import CLEANUP_GRACE, CallbackGroup, CallWorkers, DelegateCall, contained
 from ..errors import (
@@ -189,6 +191,11 @@ class ClientCells:
         self._calls[event.call_id] = cell.calls.start(self._run_call, event, cell)
         return True
 
+    def _approval(self, call_id: int, waiting: bool) -> None:
+        """Rule 6 of `_governance`: the host learns the call waits for approval."""
+        if self._connection.send_approval_waiting(call_id, waiting):
+            self._flush()
+
     def _denials(self) -> bool:
         """Whether the host takes the `denied` kind (`DENIAL_CAPABILITY`)."""
         return DENIAL_CAPABILITY in self._connection.capabilities
@@ -204,7 +211,11 @@ class ClientCells:
         try:
             if isinstance(request, ToolInvoke):
                 call = msgspec.structs.replace(request.invocation, cell_id=cell.public_id)
-                result = Ok(value=ToolResult(result=await cell.delegate.invoke_tool(call)))
+                reporter = approval_reporter.set(partial(self._approval, event.call_id))
+                try:
+                    result = Ok(value=ToolResult(result=await cell.delegate.invoke_tool(call)))
+                finally:
+                    approval_reporter.reset(reporter)
             else:
                 await cell.delegate.notify(request.call_id, cell.public_id, request.text)
                 result = Ok(value=NotificationDelivered())

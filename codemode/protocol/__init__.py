@@ -23,6 +23,7 @@ from ._errors import LocalProtocolError as LocalProtocolError
 from ._errors import ProtocolError as ProtocolError
 from ._errors import RemoteProtocolError as RemoteProtocolError
 from ._events import Answered as Answered
+from ._events import ApprovalWaiting as ApprovalWaiting
 from ._events import CancelRequested as CancelRequested
 from ._events import CellEnded as CellEnded
 from ._events import ClientStatistics as ClientStatistics
@@ -36,6 +37,7 @@ from ._events import HostStatistics as HostStatistics
 from ._events import InitialAnswered as InitialAnswered
 from ._events import PreemptRequested as PreemptRequested
 from ._events import RequestReceived as RequestReceived
+from ._messages import APPROVAL_CAPABILITY as APPROVAL_CAPABILITY
 from ._messages import BUDGET_CAPABILITY as BUDGET_CAPABILITY
 from ._messages import CAPABILITIES as CAPABILITIES
 from ._messages import DENIAL_CAPABILITY as DENIAL_CAPABILITY
@@ -53,6 +55,7 @@ from ._messages import ClientMessage as ClientMessage
 from ._messages import DelegateCancel as DelegateCancel
 from ._messages import DelegateRequest as DelegateRequest
 from ._messages import DelegateResponse as DelegateResponse
+from ._messages import DelegateWaiting as DelegateWaiting
 from ._messages import Err as Err
 from ._messages import Execute as Execute
 from ._messages import ExecuteToPending as ExecuteToPending

@@ -57,6 +57,7 @@ from ._events import (
 )
 from ._handshake import checked_ready, client_hello
 from ._messages import (
+    APPROVAL_CAPABILITY,
     TRACE_CAPABILITY,
     CellClosed,
     CellList,
@@ -310,6 +311,14 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
                 self._cells.take_back(session_id, value.outcome.response)
         elif isinstance(value, Yielded | Completed | Terminated | Pending):
             self._cells.take_back(session_id, value)
+
+    def send_approval_waiting(self, call_id: int, waiting: bool) -> bool:
+        """Tell the host that reverse call `call_id` started or stopped waiting for approval
+        (only with `APPROVAL_CAPABILITY`); False (nothing queued) otherwise, or if the host no
+        longer wants the call."""
+        if self._closed or APPROVAL_CAPABILITY not in self.capabilities:
+            return False
+        return self._calls.waiting(call_id, waiting)
 
     def send_delegate_response(self, call_id: int, result: DelegateResult) -> bool:
         """Answer reverse call `call_id`; False (nothing queued) if the host no longer wants

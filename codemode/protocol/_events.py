@@ -116,6 +116,14 @@ class DelegateAnswered(_Event, frozen=True):
     result: Ok[ToolResult | NotificationDelivered] | Err
 
 
+class ApprovalWaiting(_Event, frozen=True):
+    """(host) `delegate/waiting`: tool call `call_id` started or stopped waiting for its
+    approval in the application."""
+
+    call_id: int
+    waiting: bool
+
+
 class ConnectionEnded(_Event, frozen=True):
     """The peer closed its side at a frame boundary."""
 

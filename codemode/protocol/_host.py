@@ -50,6 +50,7 @@ from ._codec import FrameDecodeError, FrameTooLargeError
 from ._endpoint import Endpoint
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._events import (
+    ApprovalWaiting,
     CancelRequested,
     ConnectionEnded,
     DelegateAnswered,
@@ -60,6 +61,7 @@ from ._events import (
     RequestReceived,
 )
 from ._messages import (
+    APPROVAL_CAPABILITY,
     BUDGET_CAPABILITY,
     CAPABILITIES,
     INVENTORY_CAPABILITY,
@@ -74,6 +76,7 @@ from ._messages import (
     DelegateCancel,
     DelegateRequest,
     DelegateResponse,
+    DelegateWaiting,
     Err,
     Execute,
     ExecuteToPending,
@@ -119,6 +122,7 @@ HostEvent = (
     | CancelRequested
     | PreemptRequested
     | DelegateAnswered
+    | ApprovalWaiting
     | ConnectionEnded
 )
 
@@ -317,6 +321,13 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
                 if route is not None:  # unknown and cancelled ids are ignored
                     route.calls.discard(call_id)
                     self._events.append(DelegateAnswered(call_id=call_id, result=result))
+            case DelegateWaiting(id=call_id, waiting=waiting):
+                if APPROVAL_CAPABILITY not in self.capabilities:
+                    raise RemoteProtocolError(
+                        f"delegate/waiting without the `{APPROVAL_CAPABILITY}` capability"
+                    )
+                if call_id in self._calls:  # an answered or cancelled call's is ignored
+                    self._events.append(ApprovalWaiting(call_id=call_id, waiting=waiting))
             case Hello():
                 raise RemoteProtocolError("received a second code-mode client hello")
             case Ping() | Pong():

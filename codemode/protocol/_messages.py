@@ -63,6 +63,9 @@ WALL_TIME_CAPABILITY = "wall-time-limit"
 BUDGET_CAPABILITY = "session-budget"
 """Enables `CellLimits.max_session_tool_calls` and `max_session_cpu_time_ms` in
 `session/open`'s limits, and `session/usage`: what the session used (`Session.usage()`)."""
+APPROVAL_CAPABILITY = "approval-wait"
+"""Enables `delegate/waiting` (client -> host: a tool call started or stopped waiting for its
+approval) and `CellInfo.waiting_for_approval` in `session/cellList` (docs/governance.md)."""
 CAPABILITIES = (
     LIMITS_CAPABILITY,
     PENDING_FRONTIER_CAPABILITY,
@@ -71,6 +74,7 @@ CAPABILITIES = (
     HEARTBEAT_CAPABILITY,
     TRACE_CAPABILITY,
     DENIAL_CAPABILITY,
+    APPROVAL_CAPABILITY,
     WALL_TIME_CAPABILITY,
     BUDGET_CAPABILITY,
 )
@@ -453,6 +457,18 @@ class DelegateResponse(_Message, tag="delegate/response", frozen=True):
         _check_id(self.id)
 
 
+class DelegateWaiting(_Message, tag="delegate/waiting", frozen=True):
+    """Tool call `id` started (`waiting`) or stopped waiting for its approval in the
+    application (needs `APPROVAL_CAPABILITY`): the host lists it in `session/cells` and pauses
+    the cell's wall-clock limit while every call of the cell waits so."""
+
+    id: RequestId
+    waiting: bool
+
+    def __post_init__(self) -> None:
+        _check_id(self.id)
+
+
 class DelegateCancel(_Message, tag="delegate/cancel", frozen=True):
     id: RequestId
 
@@ -473,7 +489,14 @@ class CellClosed(_Message, tag="cell/closed", frozen=True, omit_defaults=True):
 
 
 ClientMessage: TypeAlias = (
-    Hello | OperationRequest | OperationCancel | OperationYield | DelegateResponse | Ping | Pong
+    Hello
+    | OperationRequest
+    | OperationCancel
+    | OperationYield
+    | DelegateResponse
+    | DelegateWaiting
+    | Ping
+    | Pong
 )
 HostMessage: TypeAlias = (
     Ready

@@ -21,6 +21,7 @@ from ._events import DelegateCancelled, DelegateRequested
 from ._messages import (
     DelegateRequest,
     DelegateResponse,
+    DelegateWaiting,
     Err,
     NotificationDelivered,
     Ok,
@@ -88,6 +89,13 @@ class ReverseCalls:
         for call_id in view.calls:
             self._calls.pop(call_id, None)
         view.calls.clear()
+
+    def waiting(self, call_id: int, waiting: bool) -> bool:
+        """Queue `delegate/waiting` for an open call; False if the host no longer wants it."""
+        if call_id not in self._calls:
+            return False
+        self._queue(DelegateWaiting(id=call_id, waiting=waiting))
+        return True
 
     def respond(self, call_id: int, result: DelegateResult) -> bool:
         """Queue the answer of `call_id`; False if the host no longer wants it (rule 1)."""

@@ -47,6 +47,7 @@ import trio
 from codemode_host.engine import EngineCell, EngineClosedError, ToolCallRequested
 
 from codemode import ExecuteRequest, JsonValue, NestedToolCall, SessionDelegate, ToolError
+from codemode._governance import approval_reporter
 from codemode._trio import CLEANUP_GRACE, CallbackGroup, CallWorkers, contained
 from codemode.errors import TOO_MANY_CALLS, ToolDeniedError, tool_failure_message
 
@@ -148,6 +149,11 @@ class CellCalls:
         self._held: list[tuple[Callable[[], object], bool]] = []  # (start, is a tool call)
         self._dropped_notifications = 0  # rule 5
         self._released: trio.Event | None = None  # made when calls are first held
+        self.on_approval: Callable[[str, bool], None] | None = None
+        """Told when a call this runs starts or stops waiting for approval (`tool-N`, waiting):
+        the delegate reports it through `approval_reporter` (rule 6 of `_governance`)."""
+        self.pending_changed: Callable[[], None] | None = None
+        """Told when `pending_tools` changes, while the cell wants to know (its approvals)."""
         # With `timed` (the cell's telemetry wants them): when each call was made, and each
         # answered call's round trip, in nanoseconds.
         self._made_ns: dict[int, int] | None = {} if timed else None
@@ -175,6 +181,8 @@ class CellCalls:
             input=None if event.input_json is None else _decode_json(event.input_json),
         )
         self.pending_tools += 1
+        if self.pending_changed is not None:
+            self.pending_changed()
         if self._made_ns is not None:
             self._made_ns[event.call_id] = time.time_ns()
         if self._forwarder is not None:
@@ -297,6 +305,8 @@ class CellCalls:
     def _tool_ended(self) -> None:
         self._admission.release_call()
         self.pending_tools -= 1
+        if self.pending_changed is not None:
+            self.pending_changed()
 
     def _forward_tool(self, call_id: int, call: NestedToolCall) -> None:
         assert self._forwarder is not None
@@ -334,6 +344,9 @@ class CellCalls:
             self._tool_ended()
 
     async def _run_tool(self, call_id: int, call: NestedToolCall) -> None:
+        reporter = None
+        if self.on_approval is not None:
+            reporter = approval_reporter.set(partial(self.on_approval, call.runtime_tool_call_id))
         try:
             result = await self._delegate.invoke_tool(call)
             payload = _encode_result(result)
@@ -348,6 +361,9 @@ class CellCalls:
             self._answer(call_id, rejection=tool_failure_message(call.tool_name.name, error))
         else:
             self._answer(call_id, result=payload)
+        finally:
+            if reporter is not None:
+                approval_reporter.reset(reporter)  # the worker task runs other calls next
 
     def _answer(
         self,

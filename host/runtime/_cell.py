@@ -172,6 +172,9 @@ class RuntimeCell:
         self._spawn: Callable[[Callable[[], Awaitable[None]]], None] | None = None
         self._has_task = False
         self._aborted = False
+        self._approvals: list[str] = []  # its tool calls waiting for approval (`tool-N`)
+        self._paused_for_approval = False
+        self._calls.on_approval = self.approval_waiting
         self._turns = 0
         self._report_to = report_to  # rule 11
         if report_to is not None:
@@ -194,6 +197,27 @@ class RuntimeCell:
         self._aborted = True
         if not self._has_task:
             self._close()
+
+    def approval_waiting(self, call_id: str, waiting: bool) -> None:
+        """Tool call `call_id` (`tool-N`) started or stopped waiting for its approval in the
+        application: `info()` lists it, and the wall-clock limit pauses while every pending
+        tool call of the cell waits so (a sibling still running keeps it counting)."""
+        if waiting and call_id not in self._approvals:
+            self._approvals.append(call_id)
+        elif not waiting and call_id in self._approvals:
+            self._approvals.remove(call_id)
+        self._calls.pending_changed = self._update_pause if self._approvals else None
+        self._update_pause()
+
+    def _update_pause(self) -> None:
+        waiting = len(self._approvals)
+        pause = waiting > 0 and self._calls.pending_tools == waiting
+        if pause and not self._paused_for_approval:
+            self._paused_for_approval = True
+            self.pause_deadline()
+        elif not pause and self._paused_for_approval:
+            self._paused_for_approval = False
+            self.resume_deadline()
 
     def pause_deadline(self) -> None:
         """Stop counting the cell's wall-clock limit (while it waits for something that is
@@ -232,6 +256,7 @@ class RuntimeCell:
             pending_tool_calls=self._calls.pending_tools,
             buffered_output_bytes=self._output.size,
             cpu_time_ms=self._cpu_time_ms,  # as of the end of its last turn
+            waiting_for_approval=list(self._approvals),
         )
 
     def _move(self, trigger: LifecycleTrigger) -> None:

@@ -407,6 +407,13 @@ class RuntimeSession:
         now = trio.current_time()
         return [cell.info(now) for cell in self._cells.values()]
 
+    def approval_waiting(self, cell_id: str, call_id: str, waiting: bool) -> None:
+        """Tool call `call_id` of live cell `cell_id` started or stopped waiting for approval
+        (nothing if the cell is gone)."""
+        cell = self._cells.get(cell_id)
+        if cell is not None:
+            cell.approval_waiting(call_id, waiting)
+
     def cell(self, cell_id: str) -> RuntimeCell | None:
         """The live cell `cell_id` (for the host's inventory and for tests)."""
         return self._cells.get(cell_id)
