@@ -45,6 +45,7 @@ from typing import Protocol, TypeAlias, runtime_checkable
 from ._api import CellId, JsonValue, NestedToolCall, SessionDelegate, ToolDefinition, ToolName
 from ._identifiers import normalize_identifier
 from .errors import HOST_LOST_REASON, ToolDeniedError
+from .observability import annotate_current_span
 
 UNKNOWN = "unknown: the host was lost while it ran"
 """The journal's outcome of a call that was running when its host was lost (rule 4)."""
@@ -165,6 +166,9 @@ class JournalEntry:
     started: float
     ended: float | None = None
     outcome: str = "running"
+    decision: str = ""
+    """How its policy decided: `allowed`, `denied`, `approved`, `declined`, `denied: no
+    approver`, `timed out: approved` or `timed out: declined`."""
 
 
 approval_reporter: contextvars.ContextVar[Callable[[bool], None] | None] = contextvars.ContextVar(
@@ -250,6 +254,7 @@ class GovernedTools:
         started = False
         try:
             verdict = await self._decide(call, identifier, source, entry)
+            annotate_current_span("codemode.tool_call.decision", entry.decision)
             if isinstance(verdict, Deny):
                 entry.outcome = "denied"
                 raise denial(identifier, verdict.reason)
@@ -292,8 +297,10 @@ class GovernedTools:
     ) -> Verdict | Allow:
         decision = await self._policy.decide(call)
         if not isinstance(decision, Ask):
+            entry.decision = "allowed" if isinstance(decision, Allow) else "denied"
             return decision
         if self._approver is None:
+            entry.decision = "denied: no approver"
             return Deny(NO_APPROVER)
         request = ApprovalRequest(
             tool=call.tool_name,
@@ -315,10 +322,16 @@ class GovernedTools:
             if self.on_waiting is not None:
                 await self.on_waiting(call.cell_id)
             if decision.timeout_s is None:
-                return await self._approver(request)
-            with trio.move_on_after(decision.timeout_s):
-                return await self._approver(request)
-            return decision.on_timeout
+                verdict = await self._approver(request)
+            else:
+                with trio.move_on_after(decision.timeout_s):
+                    verdict = await self._approver(request)
+                    entry.decision = _asked(verdict)
+                    return verdict
+                entry.decision = "timed out: " + _asked(decision.on_timeout)
+                return decision.on_timeout
+            entry.decision = _asked(verdict)
+            return verdict
         finally:
             if report is not None:
                 report(False)
@@ -352,6 +365,10 @@ class _WithSource:
 
     def cell_closed(self, cell_id: CellId) -> None:
         self._governed.cell_closed(cell_id)
+
+
+def _asked(verdict: Approve | Allow | Deny) -> str:
+    return "declined" if isinstance(verdict, Deny) else "approved"
 
 
 def _with_input(call: NestedToolCall, arguments: JsonValue) -> NestedToolCall:

@@ -632,3 +632,43 @@ async def test_the_session_lists_a_call_waiting_for_approval_and_its_time_limit_
         done = await code_mode.wait({"cell_id": first.cell_id, "yield_time_ms": 60000})
     assert done.status == "completed", done.text
     assert done.text.splitlines()[-1] == "sent to a@b"
+
+
+@pytest.mark.parametrize(
+    ("limits", "busy", "first_line"),
+    [
+        (
+            codemode.CellLimits(max_cpu_time_ms=200),
+            "while (true) {}",
+            "exec cell exceeded its CPU time limit of 200 ms",
+        ),
+        (
+            codemode.CellLimits(max_wall_time_ms=300),
+            "await new Promise(() => {})",
+            "exec cell exceeded its time limit of 300 ms",
+        ),
+    ],
+    ids=["cpu-limit", "wall-time-limit"],
+)
+async def test_the_models_line_after_a_limit_cut_the_cell_short(
+    provider: Provider, limits: codemode.CellLimits, busy: str, first_line: str
+) -> None:
+    tools = Tools()
+    with trio.fail_after(BOUND):
+        session = await provider.create_session(limits)
+        code_mode = CodeMode(session, tools.toolbox, tools.toolbox.definitions())
+        output = await code_mode.exec(
+            "call-1",
+            '// @exec: {"yield_time_ms": 60000}\n'
+            f'await tools.lookup({{ key: "a" }}); text("looked up"); {busy}',
+        )
+    assert output.status == "failed"
+    lines = output.text.splitlines()
+    assert lines[-3:] == [
+        "Script error:",
+        first_line,
+        "Tool calls before the cell stopped: tools.lookup (call 1) completed.",
+    ]
+    assert [(e.tool, e.outcome) for e in code_mode.journal(output.cell_id or "")] == [
+        ("lookup", "completed")
+    ]

@@ -610,3 +610,39 @@ async def test_an_mcp_clients_traceparent_continues_into_the_cell(traced: Traced
     assert first.parent is not None
     assert first.parent.span_id == remote.get_span_context().span_id
     assert second.parent is None
+
+
+async def test_a_governed_calls_span_records_its_decision(traced: Traced) -> None:
+    toolbox = Toolbox()
+
+    @toolbox.tool(needs_approval=True)
+    async def send_mail(to: str) -> str:
+        """Sends a mail."""
+        return f"sent to {to}"
+
+    @toolbox.tool
+    async def read(key: str) -> str:
+        """Reads."""
+        return key
+
+    async def approver(request: codemode.ApprovalRequest) -> codemode.Deny:
+        return codemode.Deny("no")
+
+    source = (
+        'try { await tools.send_mail({ to: "x" }) } catch (e) { text(e.message) }'
+        ' text(await tools.read({ key: "k" }))'
+    )
+    with trio.fail_after(BOUND):
+        async with codemode.open_in_process_provider() as provider:
+            session = await provider.create_session()
+            code_mode = CodeMode(session, toolbox, toolbox.definitions(), approver=approver)
+            output = await code_mode.exec("c", source)
+            while output.status == "running":
+                output = await code_mode.wait({"cell_id": output.cell_id})
+    calls = {
+        attrs(span)["gen_ai.tool.name"]: attrs(span) for span in traced.spans("code_mode.tool_call")
+    }
+    assert calls["send_mail"]["codemode.tool_call.decision"] == "declined"
+    assert calls["send_mail"]["codemode.tool_call.outcome"] == "denied"
+    assert calls["read"]["codemode.tool_call.decision"] == "allowed"
+    assert calls["read"]["codemode.tool_call.outcome"] == "ok"

@@ -322,10 +322,11 @@ class CodeMode:
         items = response.content_items
         if has_images(items):
             items = await trio.to_thread.run_sync(prepare_images, items)
+        trailer: list[InputText] = []
         if _stopped_short(response):
             line = journal_line(self._governed.journal(response.cell_id))
             if line is not None:
-                items = [*items, InputText(text=line)]
+                trailer.append(InputText(text=line))
         elif isinstance(response, Yielded):
             waiting = self._governed.waiting(response.cell_id)
             if waiting:
@@ -340,6 +341,7 @@ class CodeMode:
             wall_time=trio.current_time() - started_at,
             max_tokens=max_tokens,
             tool=tool,
+            trailer=trailer,
         )
 
     def _stopped(self, error: CodeModeError, tool: ToolKindName, cell_id: str) -> ToolOutput:

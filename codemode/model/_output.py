@@ -126,6 +126,7 @@ def format_response(
     wall_time: float,
     max_tokens: int | None,
     tool: ToolKindName,
+    trailer: Sequence[ContentItem] = (),
 ) -> ToolOutput:
     """The model's view of a response (rules 1-3).
 
@@ -135,10 +136,13 @@ def format_response(
         wall_time: seconds since the tool call's handler started.
         max_tokens: the token budget (None: `DEFAULT_MAX_TOKENS`).
         tool: the tool that produced it.
+        trailer: items after the output and the error (the journal line of a cell that
+            stopped short), truncated with them.
     """
     body = list(items)
     if isinstance(response, Completed) and response.error_text is not None:
         body.append(InputText(text=f"Script error:\n{response.error_text}"))
+    body.extend(trailer)
     budget = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
     body = truncate_items(body, budget)
     top = InputText(text=header(status_line(response), wall_time))

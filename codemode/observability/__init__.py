@@ -33,6 +33,7 @@ from ._settings import configure as configure
 from ._settings import current as current_settings
 from ._settings import restore as restore
 from ._telemetry import Telemetry as Telemetry
+from ._telemetry import annotate_current_span as annotate_current_span
 from ._telemetry import continued_trace as continued_trace
 from ._telemetry import extract as extract
 from ._telemetry import inject as inject
@@ -57,6 +58,7 @@ __all__ = [
     "Settings",
     "Telemetry",
     "TraceContext",
+    "annotate_current_span",
     "configure",
     "continued_trace",
     "current_settings",

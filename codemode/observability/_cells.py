@@ -40,7 +40,7 @@ from .._api import (
     Terminated,
     Yielded,
 )
-from ..errors import CodeModeError, ToolError, error_kind
+from ..errors import CodeModeError, ToolDeniedError, ToolError, error_kind
 from . import _settings, _telemetry
 from ._host_spans import emit_host_spans
 from ._logs import current_cell, install_log_filter
@@ -258,6 +258,10 @@ class CellTrace:
         outcome = "error"
         try:
             result = await self._delegate.invoke_tool(call)
+        except ToolDeniedError:
+            outcome = "denied"
+            span.set_attribute("error.type", "ToolDeniedError")
+            raise
         except ToolError:
             outcome = "tool_error"
             span.set_attribute("error.type", "ToolError")

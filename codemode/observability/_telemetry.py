@@ -172,6 +172,16 @@ def forget() -> None:
     _made.clear()
 
 
+def annotate_current_span(key: str, value: str) -> None:
+    """Set an attribute on the current span, if one records (a governed call's decision on
+    its `code_mode.tool_call` span); nothing while OpenTelemetry was never looked up."""
+    if trace is None:
+        return
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.set_attribute(key, value)
+
+
 _propagator: Any = None
 
 
