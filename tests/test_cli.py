@@ -393,6 +393,13 @@ async def kill(process: trio.Process) -> None:
 UNCANCELLABLE_CELL = 'text("start"); yield_control(); await tools.fetch();\n'
 
 
+STOPPED_IN_FETCH = (
+    "Tool calls before the cell stopped: tools.fetch (call 1) was running and may have taken"
+    " effect.\n"
+)
+"""The journal line of a cell terminated while its `fetch` call ran (docs/governance.md)."""
+
+
 async def start_uncancellable(tmp_path: Path, *flags: str) -> tuple[trio.Process, dict[str, bytes]]:
     (tmp_path / "slow_tools.py").write_text(UNCANCELLABLE_TOOLS)
     (tmp_path / "cell.js").write_text(UNCANCELLABLE_CELL)
@@ -449,7 +456,10 @@ async def test_ctrl_c_ends_the_run_in_bounded_time_despite_a_stuck_tool(
     # EXIT_TIMEOUT (5 s) after the signal at the latest, the tool's thread still asleep.
     assert elapsed < 8, elapsed
     assert normalised(captured["stdout"].decode()) == (
-        header("Script running with cell ID 1") + "start\n\n" + header("Script terminated")
+        header("Script running with cell ID 1")
+        + "start\n\n"
+        + header("Script terminated")
+        + STOPPED_IN_FETCH
     )
     assert b"Traceback" not in captured["stderr"]
 
@@ -469,7 +479,9 @@ async def test_a_second_ctrl_c_exits_at_once(tmp_path: Path) -> None:
         elapsed = trio.current_time() - again_at
     assert status == 130
     assert elapsed < 2, elapsed
-    assert normalised(captured["stdout"].decode()).endswith(header("Script terminated"))
+    assert normalised(captured["stdout"].decode()).endswith(
+        header("Script terminated") + STOPPED_IN_FETCH
+    )
     assert captured["stderr"].decode() == (
         "codemode: interrupted again: exiting without cleaning up\n"
     )

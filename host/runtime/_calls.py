@@ -284,6 +284,8 @@ class CellCalls:
         and this no longer refers to the cell. Its `accepting` closure was a reference cycle
         (the cell holds this), which left every cell's objects to the cyclic collector."""
         self._accepting = _refuse
+        self.on_approval = None  # the cell's bound methods: the same cycle
+        self.pending_changed = None
         if self._dropped_notifications > 1:
             logger.warning(
                 "dropped %d notifications of exec cell %s in all: %s",
