@@ -71,10 +71,15 @@ class Provider(Protocol):
     `codemode.ray.open_ray_provider` give their block."""
 
     async def create_session(
-        self, limits: CellLimits | None = None, *, store_load: bool = True
+        self,
+        limits: CellLimits | None = None,
+        *,
+        store_load: bool = True,
+        keep_stored_values: bool = False,
     ) -> Session:
         """A new session with its own cells, stored values and limits (`store_load=False`:
-        its cells have no `store` / `load`, and nothing is retained)."""
+        its cells have no `store` / `load`, and nothing is retained; `keep_stored_values`:
+        its committed stored values survive the loss of its host, docs/durability.md)."""
         ...
 
     def statistics(self) -> ProviderStatistics:

@@ -138,6 +138,12 @@ RUNTIME_REPLACED = (
     " tool operations may have completed; inspect their results before retrying. You may"
     " continue with a fresh exec call."
 )
+RUNTIME_REPLACED_KEPT = (
+    "The exec runtime was replaced. Running cells were lost; stored values were kept. Prior"
+    " external tool operations may have completed; inspect their results before retrying. You"
+    " may continue with a fresh exec call."
+)
+"""The text of a replacement of a session that keeps its stored values (docs/durability.md)."""
 
 
 class RuntimeReplacedError(HostLostError):
@@ -150,8 +156,8 @@ class RuntimeReplacedError(HostLostError):
     the new connection. The operation that raised it did nothing: it is never replayed.
     """
 
-    def __init__(self) -> None:
-        super().__init__(RUNTIME_REPLACED)
+    def __init__(self, text: str = RUNTIME_REPLACED) -> None:
+        super().__init__(text)
 
 
 class UnsupportedPlatformError(CodeModeError):

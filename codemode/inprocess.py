@@ -283,10 +283,16 @@ class InProcessProvider:
         self.closed = False
 
     async def create_session(
-        self, limits: CellLimits | None = None, *, store_load: bool = True
+        self,
+        limits: CellLimits | None = None,
+        *,
+        store_load: bool = True,
+        keep_stored_values: bool = False,
     ) -> InProcessSession:
         """A new session with its own cells, stored values and limits (`store_load=False`:
-        cells have no `store` / `load`, and nothing is retained).
+        cells have no `store` / `load`, and nothing is retained). `keep_stored_values` is
+        accepted for the `Provider` protocol and changes nothing here: the runtime lives as
+        long as the provider, so there is no host to lose (docs/durability.md).
 
         Raises:
             InvalidRequestError: invalid limits.

@@ -274,6 +274,9 @@ class Requests:
     def _open(self, request: OpenSession) -> Ok[HostResponse] | Err:
         # Invalid limits raise InvalidRequestError, answered by `_run` with its kind.
         limits = (request.cell_execution_limits or CellLimits()).checked()
+        on_commit = None
+        if request.keep_stored_values:
+            on_commit = functools.partial(self._committed, request.session_id)
         self._sessions[request.session_id] = RuntimeSession(
             self._engine,
             self._nursery,
@@ -283,8 +286,18 @@ class Requests:
             admission=self.admission,
             workers=self._workers,
             watch=self._watch,
+            stored_values=request.stored_values,
+            on_commit=on_commit,
         )
         return Ok(value=SessionReady(session_id=request.session_id))
+
+    def _committed(self, session_id: str, values: dict[str, bytes]) -> None:
+        """A cell of a session that keeps its stored values committed `values`: the client
+        hears of it before the cell's completion (its frames follow in order)."""
+        if self._disconnected:
+            return
+        self._connection.committed(session_id, values)
+        self._flush()
 
     def _start_execute(self, request_id: int, request: Execute, operation: Operation) -> None:
         """Admit and start an execute's cell in the reader's step, and answer

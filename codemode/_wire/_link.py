@@ -63,6 +63,7 @@ from ..protocol import (
     InitialAnswered,
     Ok,
     RemoteProtocolError,
+    StoredValuesCommitted,
     describe_rejection,
 )
 from ._delegates import ClientCell, ClientCells
@@ -128,6 +129,7 @@ class HostLink:
         self._initials: dict[int, tuple[OneShot[InitialResult | HostLostError], str]] = {}
         self._executes: dict[int, _Execute] = {}
         self._orphaned_initials: dict[int, InitialResult] = {}
+        self._commit_sinks: dict[str, Callable[[dict[str, bytes]], None]] = {}
         self._cells = ClientCells(self._connection, self._flush, workers)
         self._stdout_done = trio.Event()
         self._ended = trio.Event()
@@ -323,6 +325,10 @@ class HostLink:
                     self._lost(f"code-mode client has no delegate for cell {event.cell_id}")
             case DelegateCancelled(call_id=call_id):
                 self._cells.cancel_call(call_id)
+            case StoredValuesCommitted(session_id=session_id, values=values):
+                sink = self._commit_sinks.get(session_id)
+                if sink is not None:
+                    sink(values)
             case CellEnded(session_id=session_id, cell_id=cell_id, report=report):
                 self._cells.close((session_id, cell_id), report)
             case HandshakeCompleted() | HandshakeRejected():
@@ -384,10 +390,26 @@ class HostLink:
         return answer
 
     async def open_session(
-        self, session_id: str, limits: CellLimits | None, *, store_load: bool = True
+        self,
+        session_id: str,
+        limits: CellLimits | None,
+        *,
+        store_load: bool = True,
+        stored_values: dict[str, bytes] | None = None,
+        on_commit: Callable[[dict[str, bytes]], None] | None = None,
     ) -> HostResult:
+        """Open a session (`on_commit`: the session keeps its stored values, and is told each
+        commit of its cells; `stored_values`: what it starts with)."""
         await self._checked()
-        request_id = self._connection.open_session(session_id, limits, store_load=store_load)
+        request_id = self._connection.open_session(
+            session_id,
+            limits,
+            store_load=store_load,
+            keep_stored_values=on_commit is not None,
+            stored_values=stored_values,
+        )
+        if on_commit is not None:
+            self._commit_sinks[session_id] = on_commit
         return await self._await(request_id, session_id)
 
     async def execute(
@@ -470,6 +492,7 @@ class HostLink:
 
     async def shutdown_session(self, session_id: str) -> HostResult:
         await self._checked()
+        self._commit_sinks.pop(session_id, None)
         return await self._await(self._connection.shutdown_session(session_id), session_id)
 
     async def cells(self, session_id: str) -> HostResult:

@@ -28,6 +28,10 @@ Rules:
    host takes the session, the operation fails (`HostLostError`, `AdmissionError`) and the
    replacement is still owed to the next one. Only the opening is retried (by the strategy),
    never established work.
+6. A session created with `keep_stored_values=True` keeps a copy of what its cells committed
+   (the host sends each commit, `session/committed`); its next generation opens with that
+   copy, and its re-opening is always announced, with `RUNTIME_REPLACED_KEPT` (running cells
+   were lost, stored values were kept), whatever the strategy.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from .._api import (
 from .._checks import check_cell_id, check_execute, check_wait
 from .._trio import RunOnce
 from ..errors import (
+    RUNTIME_REPLACED_KEPT,
     AlreadyTerminatingError,
     CodeModeError,
     FrameLimitError,
@@ -75,6 +80,7 @@ from ..observability import CellTrace, SessionTraces, TraceContext
 from ..protocol import (
     BUDGET_CAPABILITY,
     INVENTORY_CAPABILITY,
+    KEPT_VALUES_CAPABILITY,
     LIMITS_CAPABILITY,
     PENDING_FRONTIER_CAPABILITY,
     WALL_TIME_CAPABILITY,
@@ -188,8 +194,11 @@ class WireSession:
         *,
         store_load: bool = True,
         kind: str = "process",
+        keep_stored_values: bool = False,
     ) -> None:
         self._provider = provider
+        self._kept: dict[str, bytes] | None = {} if keep_stored_values else None
+        """The committed stored values, kept for the next generation (rule 6)."""
         self._traces = SessionTraces(kind)
         self._limits = limits
         self._store_load = store_load
@@ -229,11 +238,12 @@ class WireSession:
         async with self._bind_lock:
             self._check()
             binding = self._binding
-            announce = self._provider.announces_replacement
+            # Rule 6: a session that keeps its stored values always says it was replaced.
+            announce = self._provider.announces_replacement or self._kept is not None
             if binding is not None and binding.link.alive:
                 # Another operation re-opened the session while this one waited (rule 5).
                 if announce and generation != self._generation:
-                    raise RuntimeReplacedError()
+                    raise self._replaced()
                 return binding
             if binding is not None:
                 self._retired.append(binding)
@@ -241,8 +251,18 @@ class WireSession:
             replaced = self._generation > 0
             binding = await self._provider.place(self, self._open_on)
             if announce and replaced:
-                raise RuntimeReplacedError()
+                raise self._replaced()
             return binding
+
+    def _replaced(self) -> RuntimeReplacedError:
+        if self._kept is not None:
+            return RuntimeReplacedError(RUNTIME_REPLACED_KEPT)
+        return RuntimeReplacedError()
+
+    def _committed(self, values: dict[str, bytes]) -> None:
+        """What a cell committed, merged into the kept copy (rule 6)."""
+        if self._kept is not None:
+            self._kept.update(values)
 
     async def _open_on(self, link: HostLink) -> _Binding:
         """Open the session on `link` as its next generation (the bind lock is held; the
@@ -259,8 +279,22 @@ class WireSession:
                         f"code-mode host does not support {what}: missing `{needed}` capability"
                     )
             limits = self._limits
+        keeping = self._kept is not None
+        if keeping and KEPT_VALUES_CAPABILITY not in link.capabilities:
+            raise InvalidRequestError(
+                "code-mode host does not support kept stored values: missing"
+                f" `{KEPT_VALUES_CAPABILITY}` capability"
+            )
         session_id = self._provider.next_session_id()
-        ready = _unwrap(await link.open_session(session_id, limits, store_load=self._store_load))
+        ready = _unwrap(
+            await link.open_session(
+                session_id,
+                limits,
+                store_load=self._store_load,
+                stored_values=dict(self._kept) if self._kept else None,
+                on_commit=self._committed if keeping else None,
+            )
+        )
         if not isinstance(ready, SessionReady):
             raise HostLostError("code-mode host returned an invalid open-session response")
         self._generation += 1

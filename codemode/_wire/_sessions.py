@@ -100,7 +100,9 @@ class WireSessions(Generic[_P]):
 
     # ---- what the provider hands over ----------------------------------------------------------
 
-    async def create(self, limits: CellLimits | None, *, store_load: bool) -> WireSession:
+    async def create(
+        self, limits: CellLimits | None, *, store_load: bool, keep_stored_values: bool = False
+    ) -> WireSession:
         """A new session, opened on the host the strategy finds (rule 1).
 
         Raises:
@@ -111,7 +113,11 @@ class WireSessions(Generic[_P]):
         if self._closed:
             raise ProviderClosedError()
         session = WireSession(
-            self, (limits or CellLimits()).checked(), store_load=store_load, kind=self._kind
+            self,
+            (limits or CellLimits()).checked(),
+            store_load=store_load,
+            kind=self._kind,
+            keep_stored_values=keep_stored_values,
         )
         self._sessions.add(session)
         try:

@@ -271,7 +271,11 @@ class Provider:
         self._bridge = bridge
 
     async def create_session(
-        self, limits: CellLimits | None = None, *, store_load: bool = True
+        self,
+        limits: CellLimits | None = None,
+        *,
+        store_load: bool = True,
+        keep_stored_values: bool = False,
     ) -> Session:
         """A new session (as the trio provider's `create_session`). Cancelled once the session
         was made, it shuts that session down."""
@@ -280,7 +284,12 @@ class Provider:
             return self._bridge.submit(session.shutdown)
 
         session = await self._bridge.call(
-            functools.partial(self.trio_provider.create_session, limits, store_load=store_load),
+            functools.partial(
+                self.trio_provider.create_session,
+                limits,
+                store_load=store_load,
+                keep_stored_values=keep_stored_values,
+            ),
             orphan=orphan,
         )
         return Session(session, self._bridge)

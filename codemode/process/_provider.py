@@ -75,7 +75,11 @@ class ProcessProvider:
         return self._sessions.tool_thread_statistics()
 
     async def create_session(
-        self, limits: CellLimits | None = None, *, store_load: bool = True
+        self,
+        limits: CellLimits | None = None,
+        *,
+        store_load: bool = True,
+        keep_stored_values: bool = False,
     ) -> Session:
         """A new session, opened on the host at once (spawning it if needed); `store_load=False`:
         its cells have no `store` / `load`, and the host keeps nothing.
@@ -85,7 +89,9 @@ class ProcessProvider:
             HostLostError: the host cannot be started, or was lost.
             ProviderClosedError: the provider is closed.
         """
-        return await self._sessions.create(limits, store_load=store_load)
+        return await self._sessions.create(
+            limits, store_load=store_load, keep_stored_values=keep_stored_values
+        )
 
 
 @asynccontextmanager

@@ -37,12 +37,14 @@ from ._events import HostStatistics as HostStatistics
 from ._events import InitialAnswered as InitialAnswered
 from ._events import PreemptRequested as PreemptRequested
 from ._events import RequestReceived as RequestReceived
+from ._events import StoredValuesCommitted as StoredValuesCommitted
 from ._messages import APPROVAL_CAPABILITY as APPROVAL_CAPABILITY
 from ._messages import BUDGET_CAPABILITY as BUDGET_CAPABILITY
 from ._messages import CAPABILITIES as CAPABILITIES
 from ._messages import DENIAL_CAPABILITY as DENIAL_CAPABILITY
 from ._messages import HEARTBEAT_CAPABILITY as HEARTBEAT_CAPABILITY
 from ._messages import INVENTORY_CAPABILITY as INVENTORY_CAPABILITY
+from ._messages import KEPT_VALUES_CAPABILITY as KEPT_VALUES_CAPABILITY
 from ._messages import LIMITS_CAPABILITY as LIMITS_CAPABILITY
 from ._messages import PENDING_FRONTIER_CAPABILITY as PENDING_FRONTIER_CAPABILITY
 from ._messages import PROTOCOL_VERSION as PROTOCOL_VERSION
@@ -84,6 +86,7 @@ from ._messages import Ready as Ready
 from ._messages import Rejected as Rejected
 from ._messages import RejectReason as RejectReason
 from ._messages import SessionClosed as SessionClosed
+from ._messages import SessionCommitted as SessionCommitted
 from ._messages import SessionReady as SessionReady
 from ._messages import ShutdownSession as ShutdownSession
 from ._messages import Terminate as Terminate

@@ -54,6 +54,7 @@ from ._events import (
     HandshakeCompleted,
     HandshakeRejected,
     InitialAnswered,
+    StoredValuesCommitted,
 )
 from ._handshake import checked_ready, client_hello
 from ._messages import (
@@ -84,6 +85,7 @@ from ._messages import (
     Ready,
     Rejected,
     SessionClosed,
+    SessionCommitted,
     SessionReady,
     ShutdownSession,
     Terminate,
@@ -103,6 +105,7 @@ ClientEvent = (
     | DelegateRequested
     | DelegateCancelled
     | CellEnded
+    | StoredValuesCommitted
     | ConnectionEnded
 )
 HostResult = Ok[HostResponse] | Err
@@ -172,15 +175,27 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
     # ---- operations ------------------------------------------------------------------------
 
     def open_session(
-        self, session_id: str, limits: CellLimits | None, *, store_load: bool = True
+        self,
+        session_id: str,
+        limits: CellLimits | None,
+        *,
+        store_load: bool = True,
+        keep_stored_values: bool = False,
+        stored_values: dict[str, bytes] | None = None,
     ) -> int:
-        """Queue `session/open`; returns its request id."""
+        """Queue `session/open`; returns its request id. `keep_stored_values`: the host sends
+        each commit back (`StoredValuesCommitted`); `stored_values`: what it starts with (both
+        need `KEPT_VALUES_CAPABILITY`)."""
         self._check_usable()
         if session_id in self._sessions:
             raise LocalProtocolError(f"code-mode session {session_id} is already open")
         self._sessions.opening(session_id)
         request = OpenSession(
-            session_id=session_id, cell_execution_limits=limits, store_load=store_load
+            session_id=session_id,
+            cell_execution_limits=limits,
+            store_load=store_load,
+            keep_stored_values=keep_stored_values,
+            stored_values=stored_values,
         )
         return self._request(Kind.OPEN, request)
 
@@ -347,6 +362,12 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
                 self._calls.cancelled(call_id)
             case CellClosed(session_id=session_id, cell_id=cell_id, report=report):
                 self._on_cell_closed(session_id, cell_id, report)
+            case SessionCommitted(session_id=session_id, values=values):
+                if session_id not in self._sessions:
+                    raise RemoteProtocolError(
+                        f"code-mode host sent commits of unknown session {session_id}"
+                    )
+                self._events.append(StoredValuesCommitted(session_id=session_id, values=values))
             case Ready() | Rejected():
                 raise RemoteProtocolError("code-mode host sent a second handshake response")
             case Ping() | Pong():

@@ -116,6 +116,14 @@ class DelegateAnswered(_Event, frozen=True):
     result: Ok[ToolResult | NotificationDelivered] | Err
 
 
+class StoredValuesCommitted(_Event, frozen=True):
+    """(client) `session/committed`: what a cell of a session that keeps its stored values
+    committed."""
+
+    session_id: str
+    values: dict[str, bytes]
+
+
 class ApprovalWaiting(_Event, frozen=True):
     """(host) `delegate/waiting`: tool call `call_id` started or stopped waiting for its
     approval in the application."""

@@ -65,6 +65,7 @@ from ._messages import (
     BUDGET_CAPABILITY,
     CAPABILITIES,
     INVENTORY_CAPABILITY,
+    KEPT_VALUES_CAPABILITY,
     LIMITS_CAPABILITY,
     PENDING_FRONTIER_CAPABILITY,
     PROTOCOL_VERSION,
@@ -103,6 +104,7 @@ from ._messages import (
     Rejected,
     RejectReason,
     SessionClosed,
+    SessionCommitted,
     SessionReady,
     ShutdownSession,
     ToolInvoke,
@@ -244,6 +246,12 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
         self._finish(request_id)
         if route.closed:
             self._close_route(route)
+
+    def committed(self, session_id: str, values: dict[str, bytes]) -> None:
+        """Queue `session/committed`: what a cell of a session that keeps its stored values
+        committed (before the cell's completion reaches the client)."""
+        self._check_not_failed()
+        self._queue(SessionCommitted(session_id=session_id, values=values))
 
     def cell_closed(self, session_id: str, cell_id: str, report: CellReport | None = None) -> None:
         """The runtime closed the cell: queue `cell/closed` (after its initial response), with
@@ -424,6 +432,11 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
                 return _invalid(f"code-mode session ID `{session_id}` is already open")
             if session_id in self._closed_sessions:
                 return _invalid(f"code-mode session ID `{session_id}` was reused")
+            keeps = request.keep_stored_values or request.stored_values is not None
+            if keeps and KEPT_VALUES_CAPABILITY not in self.capabilities:
+                return _invalid(
+                    f"code-mode kept stored values need the `{KEPT_VALUES_CAPABILITY}` capability"
+                )
             limits = request.cell_execution_limits
             if limits is None:
                 return None

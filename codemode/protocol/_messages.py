@@ -66,6 +66,9 @@ BUDGET_CAPABILITY = "session-budget"
 APPROVAL_CAPABILITY = "approval-wait"
 """Enables `delegate/waiting` (client -> host: a tool call started or stopped waiting for its
 approval) and `CellInfo.waiting_for_approval` in `session/cellList` (docs/governance.md)."""
+KEPT_VALUES_CAPABILITY = "kept-stored-values"
+"""Enables `session/open`'s `stored_values` and `keep_stored_values`, and `session/committed`
+(host -> client: what a cell of such a session committed), docs/durability.md."""
 CAPABILITIES = (
     LIMITS_CAPABILITY,
     PENDING_FRONTIER_CAPABILITY,
@@ -77,6 +80,7 @@ CAPABILITIES = (
     APPROVAL_CAPABILITY,
     WALL_TIME_CAPABILITY,
     BUDGET_CAPABILITY,
+    KEPT_VALUES_CAPABILITY,
 )
 """Everything this version of codemode speaks, host and client alike."""
 
@@ -268,6 +272,10 @@ class OpenSession(_Request, tag="session/open", frozen=True, omit_defaults=True)
 
     cell_execution_limits: CellLimits | None = None
     store_load: bool = True
+    stored_values: dict[str, bytes] | None = None
+    """The stored values the session starts with (`KEPT_VALUES_CAPABILITY`): a kept copy."""
+    keep_stored_values: bool = False
+    """Send each commit of the session's cells back (`session/committed`)."""
 
 
 class Execute(_Request, tag="session/execute", frozen=True, omit_defaults=True):
@@ -476,6 +484,17 @@ class DelegateCancel(_Message, tag="delegate/cancel", frozen=True):
         _check_id(self.id)
 
 
+class SessionCommitted(_Message, tag="session/committed", frozen=True):
+    """What a cell of a session opened with `keep_stored_values` committed (its writes, as
+    JSON texts, merged key by key into the client's copy); sent before the cell's completion."""
+
+    session_id: str
+    values: dict[str, bytes]
+
+    def __post_init__(self) -> None:
+        _check_session_id(self.session_id)
+
+
 class CellClosed(_Message, tag="cell/closed", frozen=True, omit_defaults=True):
     """The cell is gone; `report`: its runtime's account, for a traced cell
     (`TRACE_CAPABILITY`)."""
@@ -506,6 +525,7 @@ HostMessage: TypeAlias = (
     | DelegateRequest
     | DelegateCancel
     | CellClosed
+    | SessionCommitted
     | Ping
     | Pong
 )

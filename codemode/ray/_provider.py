@@ -85,10 +85,16 @@ class RayProvider:
         return self._remote.tool_thread_statistics()
 
     async def create_session(
-        self, limits: CellLimits | None = None, *, store_load: bool = True
+        self,
+        limits: CellLimits | None = None,
+        *,
+        store_load: bool = True,
+        keep_stored_values: bool = False,
     ) -> Session:
         """A new session on the least-loaded host that takes it (`RemoteProvider`)."""
-        return await self._remote.create_session(limits, store_load=store_load)
+        return await self._remote.create_session(
+            limits, store_load=store_load, keep_stored_values=keep_stored_values
+        )
 
 
 @asynccontextmanager

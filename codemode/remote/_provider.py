@@ -70,7 +70,11 @@ class RemoteProvider:
         return self._hosts.placement()
 
     async def create_session(
-        self, limits: CellLimits | None = None, *, store_load: bool = True
+        self,
+        limits: CellLimits | None = None,
+        *,
+        store_load: bool = True,
+        keep_stored_values: bool = False,
     ) -> Session:
         """A new session, opened at once on the least-loaded host that takes it.
 
@@ -80,7 +84,9 @@ class RemoteProvider:
             HostLostError: no host could be reached (the text names each one's failure).
             ProviderClosedError: the provider is closed.
         """
-        return await self._sessions.create(limits, store_load=store_load)
+        return await self._sessions.create(
+            limits, store_load=store_load, keep_stored_values=keep_stored_values
+        )
 
 
 @asynccontextmanager

@@ -81,6 +81,10 @@ class RuntimeSession:
             and ended by the nursery's cancellation (default: a watch of its own, closed when
             the session has shut down).
         session_id: the session's name in the warning of a `StartedCell` dropped unreleased.
+        stored_values: what the session starts with (a copy its client kept of an earlier
+            host's session: docs/durability.md).
+        on_commit: told each naturally completed cell's writes as they are committed (the
+            host sends them to a client that keeps its stored values).
     """
 
     def __init__(
@@ -95,6 +99,8 @@ class RuntimeSession:
         workers: CallWorkers | None = None,
         watch: CellWatch | None = None,
         session_id: str = "session",
+        stored_values: dict[str, bytes] | None = None,
+        on_commit: Callable[[dict[str, bytes]], None] | None = None,
     ) -> None:
         self._engine = engine
         self._session_id = session_id
@@ -110,12 +116,13 @@ class RuntimeSession:
         self._next_cell = 1
         self._cells: dict[str, RuntimeCell] = {}
         self._dropped: collections.deque[Callable[[], None]] = collections.deque()
-        self._stored: dict[str, bytes] = {}
+        self._stored: dict[str, bytes] = dict(stored_values or {})
+        self._on_commit = on_commit
         self._share = CellShare(
             workers=self._workers,
             admission=self._admission,
             alarms=engine.alarms,
-            commit=self._stored.update,
+            commit=self._commit,
             cells=self._cells,
             watch=self._watch,
             max_response_bytes=max_response_bytes,
@@ -406,6 +413,11 @@ class RuntimeSession:
         """`cells()` without a checkpoint, also while shutting down (the host's log)."""
         now = trio.current_time()
         return [cell.info(now) for cell in self._cells.values()]
+
+    def _commit(self, writes: dict[str, bytes]) -> None:
+        self._stored.update(writes)
+        if self._on_commit is not None and writes:
+            self._on_commit(dict(writes))
 
     def approval_waiting(self, cell_id: str, call_id: str, waiting: bool) -> None:
         """Tool call `call_id` of live cell `cell_id` started or stopped waiting for approval
