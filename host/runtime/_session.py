@@ -21,6 +21,7 @@ Rules:
 from __future__ import annotations
 
 import collections
+import functools
 from collections.abc import Callable
 
 import trio
@@ -117,12 +118,12 @@ class RuntimeSession:
         self._cells: dict[str, RuntimeCell] = {}
         self._dropped: collections.deque[Callable[[], None]] = collections.deque()
         self._stored: dict[str, bytes] = dict(stored_values or {})
-        self._on_commit = on_commit
         self._share = CellShare(
             workers=self._workers,
             admission=self._admission,
             alarms=engine.alarms,
-            commit=self._commit,
+            # Not a bound method: the share would hold the session, a cycle for the collector.
+            commit=functools.partial(_commit, self._stored, on_commit),
             cells=self._cells,
             watch=self._watch,
             max_response_bytes=max_response_bytes,
@@ -414,11 +415,6 @@ class RuntimeSession:
         now = trio.current_time()
         return [cell.info(now) for cell in self._cells.values()]
 
-    def _commit(self, writes: dict[str, bytes]) -> None:
-        self._stored.update(writes)
-        if self._on_commit is not None and writes:
-            self._on_commit(dict(writes))
-
     def approval_waiting(self, cell_id: str, call_id: str, waiting: bool) -> None:
         """Tool call `call_id` of live cell `cell_id` started or stopped waiting for approval
         (nothing if the cell is gone)."""
@@ -429,3 +425,15 @@ class RuntimeSession:
     def cell(self, cell_id: str) -> RuntimeCell | None:
         """The live cell `cell_id` (for the host's inventory and for tests)."""
         return self._cells.get(cell_id)
+
+
+def _commit(
+    stored: dict[str, bytes],
+    on_commit: Callable[[dict[str, bytes]], None] | None,
+    writes: dict[str, bytes],
+) -> None:
+    """Merge a naturally completed cell's writes into the session's values (rule 2), and tell
+    `on_commit` (a client that keeps its stored values)."""
+    stored.update(writes)
+    if on_commit is not None and writes:
+        on_commit(dict(writes))
