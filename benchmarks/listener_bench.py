@@ -21,6 +21,10 @@ raised for the run (`--max-waiting-connections` above the silent connections plu
 4. the clients leave and the silent connections are closed; the host's descriptor count is
    polled (bounded) until it is back to the baseline, then its RSS until it stops falling.
 
+With `--rounds N`, steps 2-4 run N times against the same host: RSS after each round tells
+memory the host keeps for reuse (flat from the second round) from a leak (growing); the
+figures are the last round's, the peaks over all rounds.
+
 Printed (and written as JSON, `benchmarks/results/listener.json` unless `--json PATH`): cells
 completed per client (min / median / max; a client with none is *starved*), per session the
 least, the time each client took to connect and open its sessions, latency per cell (execute ->
@@ -29,8 +33,8 @@ every 0.25 s) and after, the host's CPU time during the run, the silent connecti
 and the clients' own CPU time (the clients share the machine with the host).
 
 Run: `python -m benchmarks.listener_bench [--clients 200] [--sessions 4] [--silent 1000]
-[--duration 60] [--client-processes 2] [--smoke]` (`--smoke`: 3 clients x 2 sessions, 10 silent
-connections, 2 s; what `tests/test_benchmarks.py` runs).
+[--duration 60] [--client-processes 2] [--rounds 1] [--smoke]` (`--smoke`: 3 clients x 2
+sessions, 10 silent connections, 2 s; what `tests/test_benchmarks.py` runs).
 """
 
 from __future__ import annotations
@@ -82,6 +86,7 @@ class Size:
     duration: float = 60.0
     client_processes: int = 2
     pause: float = 0.0
+    rounds: int = 1
     hello_timeout: float | None = None
 
     def host_options(self) -> list[str]:
@@ -312,7 +317,7 @@ def _split(total: int, parts: int) -> list[int]:
 
 
 async def _client_processes(
-    host: Host, size: Size, watch_started: trio.Event
+    host: Host, size: Size
 ) -> tuple[list[dict[str, Any]], list[dict[str, float]], float]:
     """Run the clients; their results, each process's CPU, and the wall time of the run."""
     counts = [n for n in _split(size.clients, size.client_processes) if n]
@@ -341,7 +346,6 @@ async def _client_processes(
                 line = await _read_line(process.stdout, buffer)
                 if line != b"ready":
                     raise RuntimeError(f"a client process said {line!r}")
-        watch_started.set()
         started = time.perf_counter()
         for process in processes:
             assert process.stdin is not None
@@ -409,32 +413,41 @@ async def measure(size: Size) -> dict[str, Any]:
         cpu_before = CpuSample(host.pid)
 
         watch = Watch()
-        tally = Silent()
-        watching = trio.Event()
+        rounds: list[dict[str, float]] = []
         name, port = host.address.removeprefix("tcp://").rsplit(":", 1)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_watch, host, watch)
-            limiter = trio.CapacityLimiter(CONNECTING_AT_ONCE)
-            for _ in range(size.silent):
-                nursery.start_soon(_silent_connection, name, int(port), tally, limiter, size.silent)
-            if size.silent:
-                with trio.fail_after(CONNECT_BOUND):
-                    await tally.all_opened.wait()
-            evicted_before = tally.evicted
-            clients, client_cpu, wall = await _client_processes(host, size, watching)
-            evicted_during = tally.evicted - evicted_before
-            present_at_end = tally.present
-            nursery.cancel_scope.cancel()
-        left_at = time.perf_counter()
-        after_fds, took = await _back_to(host, base_fds)
-        returned_s = time.perf_counter() - left_at
-        after_rss = await _settled_rss(host)
+        for _ in range(size.rounds):
+            tally = Silent()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_watch, host, watch)
+                limiter = trio.CapacityLimiter(CONNECTING_AT_ONCE)
+                for _ in range(size.silent):
+                    nursery.start_soon(
+                        _silent_connection, name, int(port), tally, limiter, size.silent
+                    )
+                if size.silent:
+                    with trio.fail_after(CONNECT_BOUND):
+                        await tally.all_opened.wait()
+                evicted_before = tally.evicted
+                clients, client_cpu, wall = await _client_processes(host, size)
+                evicted_during = tally.evicted - evicted_before
+                present_at_end = tally.present
+                nursery.cancel_scope.cancel()
+            left_at = time.perf_counter()
+            after_fds, returned_s = await _back_to(host, base_fds)
+            after_rss = await _settled_rss(host)
+            rounds.append(
+                {
+                    "cells": sum(client["cells"] for client in clients),
+                    "rss_mib": after_rss / 2**20,
+                    "fds": after_fds,
+                    "settled_s": time.perf_counter() - left_at,
+                }
+            )
         cpu_after = CpuSample(host.pid)
         no_hello = host.log_count("no hello within")
         waiting_evictions = host.log_count("were waiting for their hello")
         too_many = host.log_count("clients are connected (--max-connections)")
         failed = host.log_count("failed")
-    del took
 
     per_client = sorted(client["cells"] for client in clients)
     per_session = sorted(n for client in clients for n in client["per_session"])
@@ -491,6 +504,7 @@ async def measure(size: Size) -> dict[str, Any]:
                 "after": after_fds,
             },
             "fds_returned_s": returned_s,
+            "after_each_round": rounds,
             "cpu_s": (cpu_after.total - cpu_before.total) / 1e6,
             "samples": watch.samples,
         },
@@ -578,6 +592,11 @@ def render(figures: dict[str, Any]) -> str:
             f"  failed {log['failed']}",
         ),
     ]
+    if len(host["after_each_round"]) > 1:
+        after = "  ".join(
+            f"{each['rss_mib']:.1f} MiB / {each['fds']} fds" for each in host["after_each_round"]
+        )
+        rows.append(("after each round", after))
     if cells["first_error"]:
         rows.append(("first error", cells["first_error"]))
     width = max(len(label) for label, _ in rows)
@@ -593,6 +612,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--duration", type=float, default=None)
     parser.add_argument("--client-processes", type=int, default=None)
     parser.add_argument("--pause", type=float, default=None)
+    parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--hello-timeout", type=float, default=None)
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
@@ -601,7 +621,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     base = SMOKE if arguments.smoke else default
     chosen = {
         name: getattr(arguments, name)
-        for name in ("clients", "sessions", "silent", "duration", "client_processes", "pause")
+        for name in (
+            "clients",
+            "sessions",
+            "silent",
+            "duration",
+            "client_processes",
+            "pause",
+            "rounds",
+        )
         if getattr(arguments, name) is not None
     }
     if arguments.hello_timeout is not None:
