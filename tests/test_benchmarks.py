@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from benchmarks import chart, engine_bench, instructions, table, timeline
+from benchmarks import chart, engine_bench, instructions, listener_bench, table, timeline
 from benchmarks._measure import SCHEMA, Config, read_json, render, write_json
 from codemode import InputText
 from tests.typecheck import ROOT
@@ -55,6 +55,25 @@ async def test_the_table_runs_in_smoke_mode_and_writes_its_schema(tmp_path: Path
 
     svg = chart.svg(loaded)
     assert ElementTree.fromstring(svg).tag.endswith("svg")
+
+
+@pytest.mark.slow
+async def test_the_listener_benchmark_runs_in_smoke_mode() -> None:
+    # A host, client processes and silent connections: the figures are there and hold together;
+    # none is asserted beyond that (a smoke run is too short to say anything of the host).
+    size = listener_bench.SMOKE
+    with trio.fail_after(120):
+        figures = await listener_bench.measure(size)
+    assert figures["cells"]["total"] > 0
+    assert figures["cells"]["errors"] == 0, figures["cells"]["first_error"]
+    client = figures["per_client"]
+    assert 0 <= client["min"] <= client["median"] <= client["max"]
+    assert figures["silent"]["opened"] >= size.silent
+    host = figures["host"]
+    assert host["fds"]["peak"] >= host["fds"]["baseline"] + size.silent
+    assert host["rss_mib"]["peak"] > 0
+    assert figures["latency_ms"]["p99"] >= figures["latency_ms"]["p50"] > 0
+    assert "cells per client" in listener_bench.render(figures)
 
 
 def test_nox_installs_the_wheel_the_engine_benchmark_names() -> None:
