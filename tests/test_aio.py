@@ -450,15 +450,57 @@ def test_limits_and_errors_are_the_trio_providers() -> None:
 # its cancellations.
 
 
+class _Crossings:
+    """Tool calls on their way back to trio that the trio delegate has not begun yet. The
+    frontier's promise (a `Pending` lists calls the delegate has seen) holds for the asyncio
+    delegate `codemode.aio` is given; the trio delegate behind it sees a call one more hop
+    later, so the flavour's frontier operations wait for these hops (on events) before they
+    return, as a real asyncio delegate would have run by then."""
+
+    def __init__(self) -> None:
+        self.pending = 0
+        self._changed = trio.Event()
+
+    def arrived(self) -> None:
+        self.pending -= 1
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def settled(self) -> None:
+        while self.pending:
+            await self._changed.wait()
+
+
 class _AsyncioFacing:
     """A trio delegate, offered to `codemode.aio` as an asyncio one (its calls cross back)."""
 
-    def __init__(self, delegate: codemode.SessionDelegate, bridge: Bridge | _WatchedBridge) -> None:
+    def __init__(
+        self,
+        delegate: codemode.SessionDelegate,
+        bridge: Bridge | _WatchedBridge,
+        crossings: _Crossings | None = None,
+    ) -> None:
         self._delegate = delegate
         self._bridge = bridge
+        self._crossings = crossings or _Crossings()
 
     async def invoke_tool(self, call: codemode.NestedToolCall) -> codemode.JsonValue:
-        return await self._bridge.call(self._delegate.invoke_tool, call)
+        crossings = self._crossings
+        crossings.pending += 1  # on asyncio, in the guest run's thread: trio reads it later
+        arrived = False
+
+        async def begun(call: codemode.NestedToolCall) -> codemode.JsonValue:
+            nonlocal arrived
+            arrived = True
+            crossings.arrived()
+            return await self._delegate.invoke_tool(call)
+
+        try:
+            return await self._bridge.call(begun, call)
+        finally:
+            if not arrived:  # cancelled before it reached trio
+                arrived = True
+                self._bridge.soon(crossings.arrived)
 
     async def notify(self, call_id: str, cell_id: str, text: str) -> None:
         await self._bridge.call(self._delegate.notify, call_id, cell_id, text)
@@ -473,6 +515,7 @@ class _TrioFacingSession:
     def __init__(self, session: aio.Session, bridge: Bridge | _WatchedBridge) -> None:
         self._session = session
         self._bridge = bridge
+        self._crossings = _Crossings()
 
     @property
     def is_alive(self) -> bool:
@@ -494,7 +537,7 @@ class _TrioFacingSession:
         started: aio.StartedCell = await self._on_asyncio(
             partial(self._session.execute, observe_initial=observe_initial),
             request,
-            _AsyncioFacing(delegate, self._bridge),
+            _AsyncioFacing(delegate, self._bridge, self._crossings),
         )
 
         async def initial_response() -> codemode.RuntimeResponse:
@@ -525,14 +568,18 @@ class _TrioFacingSession:
         self, request: ExecuteRequest, delegate: codemode.SessionDelegate
     ) -> codemode.Pending | Completed | Terminated:
         response: codemode.Pending | Completed | Terminated = await self._on_asyncio(
-            self._session.execute_to_pending, request, _AsyncioFacing(delegate, self._bridge)
+            self._session.execute_to_pending,
+            request,
+            _AsyncioFacing(delegate, self._bridge, self._crossings),
         )
+        await self._crossings.settled()
         return response
 
     async def wait_to_pending(self, cell_id: str) -> codemode.WaitOutcome:
         outcome: codemode.WaitOutcome = await self._on_asyncio(
             self._session.wait_to_pending, cell_id
         )
+        await self._crossings.settled()
         return outcome
 
     async def preempt(self, cell_id: str) -> None:
