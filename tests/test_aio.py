@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any
 
 import pytest
+import sniffio
 import trio
 
 import codemode
@@ -845,3 +846,56 @@ def test_the_documented_example_runs() -> None:
     assert (result.returncode, result.stderr) == (0, "")
     assert result.stdout.startswith("Script completed\n")
     assert result.stdout.endswith("Output:\n\n19\n")
+
+
+def test_code_mode_asks_an_asyncio_approver_and_never_runs_a_marked_tool_unattended() -> None:
+    toolbox = codemode.Toolbox()
+    sent: list[str] = []
+
+    @toolbox.tool(needs_approval=True)
+    async def send_mail(to: str) -> str:
+        """Sends a mail."""
+        sent.append(to)
+        return f"sent to {to}"
+
+    asked: list[tuple[str, bool]] = []
+
+    async def approver(request: codemode.ApprovalRequest) -> codemode.Approve | codemode.Deny:
+        asked.append((request.identifier, sniffio.current_async_library() == "asyncio"))
+        await asyncio.sleep(0)  # an asyncio coroutine, run on the loop
+        return codemode.Approve() if request.arguments["to"] == "ok" else codemode.Deny("no")
+
+    source = (
+        "for (const to of ['ok', 'nope']) {"
+        " try { text(await tools.send_mail({ to })) } catch (e) { text(e.message) } }"
+    )
+
+    async def run(code_mode: aio.CodeMode) -> str:
+        output = await code_mode.exec("c", source)
+        texts = [output.text]
+        while output.status == "running":
+            output = await code_mode.wait({"cell_id": output.cell_id})
+            texts.append(output.text)
+        return "\n".join(texts)
+
+    results: list[str] = []
+
+    async def main() -> None:
+        async with aio.open_in_process_provider() as provider:
+            unattended = aio.CodeMode(
+                await provider.create_session(), toolbox, toolbox.definitions()
+            )
+            results.append(await run(unattended))
+            asking = aio.CodeMode(
+                await provider.create_session(), toolbox, toolbox.definitions(), approver=approver
+            )
+            results.append(await run(asking))
+
+    run_on_asyncio(main)
+    denied = "tool tools.send_mail was denied: it needs approval and no approver is configured"
+    assert results[0].splitlines()[-2:] == [denied, denied]
+    lines = results[1].splitlines()
+    assert "sent to ok" in lines
+    assert lines[-1] == "tool tools.send_mail was denied: no"
+    assert asked == [("send_mail", True), ("send_mail", True)]
+    assert sent == ["ok"]

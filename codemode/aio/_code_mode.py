@@ -21,6 +21,7 @@ import msgspec
 
 from .. import CodeMode as TrioCodeMode
 from .. import NamespaceDescription, SessionDelegate, ToolDefinition, ToolOutput
+from .._governance import ApprovalRequest, Approve, Approver, Deny, ToolPolicy
 from ..model import ModelApi
 from ._session import AsyncioDelegate, Session, terminate_quietly
 
@@ -29,7 +30,9 @@ class CodeMode:
     """The model-facing `exec` and `wait` tools over one `codemode.aio.Session`.
 
     Takes the arguments of `codemode.CodeMode`; the delegate is an asyncio object (a `Toolbox`
-    whose async tools are asyncio coroutines, say). Every method may run concurrently.
+    whose async tools are asyncio coroutines, say), and so is the `approver` (an asyncio
+    coroutine function; the policy's methods run in the trio run). Every method may run
+    concurrently.
     """
 
     tool_names: ClassVar[tuple[str, str]] = TrioCodeMode.tool_names
@@ -45,9 +48,21 @@ class CodeMode:
         deferred_tools_available: bool = False,
         min_yield_time_ms: int | None = None,
         max_empty_wait_ms: int | None = None,
+        policy: ToolPolicy | None = None,
+        approver: Approver | None = None,
     ) -> None:
         self._session = session
         self._bridge = session._bridge
+        on_trio: Approver | None = None
+        if approver is not None:
+            asyncio_approver = approver
+
+            async def asking(request: ApprovalRequest) -> Approve | Deny:
+                return await asyncio_approver(request)  # a coroutine, for the asyncio task
+
+            async def on_trio(request: ApprovalRequest) -> Approve | Deny:
+                return await self._bridge.run_asyncio(asking, request)
+
         self._code_mode = TrioCodeMode(
             session.trio_session,
             AsyncioDelegate(delegate, self._bridge),
@@ -56,6 +71,8 @@ class CodeMode:
             deferred_tools_available=deferred_tools_available,
             min_yield_time_ms=min_yield_time_ms,
             max_empty_wait_ms=max_empty_wait_ms,
+            policy=policy,
+            approver=on_trio,
         )
         self._parked: dict[str, ToolOutput] = {}
 

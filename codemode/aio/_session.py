@@ -41,6 +41,7 @@ from .. import (
     SessionDelegate,
     SessionUsage,
     Terminated,
+    ToolName,
     WaitOutcome,
     WaitRequest,
     Yielded,
@@ -68,6 +69,12 @@ class AsyncioDelegate:
 
     def cell_closed(self, cell_id: CellId) -> None:
         self.delegate.cell_closed(cell_id)
+
+    def needs_approval(self, tool: ToolName) -> bool:
+        """The asyncio delegate's approval marks (a `Toolbox`'s `needs_approval=True`), so the
+        default policy asks for those tools here too (docs/governance.md)."""
+        marks = getattr(self.delegate, "needs_approval", None)
+        return bool(marks(tool)) if callable(marks) else False
 
 
 async def terminate_quietly(session: TrioSession, cell_id: CellId) -> None:
