@@ -14,14 +14,22 @@ Rules:
 from __future__ import annotations
 
 from asyncio import Future
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 import msgspec
 
+from .. import (
+    ApprovalRequest,
+    Approve,
+    Deny,
+    NamespaceDescription,
+    SessionDelegate,
+    ToolDefinition,
+    ToolOutput,
+    ToolPolicy,
+)
 from .. import CodeMode as TrioCodeMode
-from .. import NamespaceDescription, SessionDelegate, ToolDefinition, ToolOutput
-from .._governance import ApprovalRequest, Approve, Approver, Deny, ToolPolicy
 from ..model import ModelApi
 from ._session import AsyncioDelegate, Session, terminate_quietly
 
@@ -49,11 +57,11 @@ class CodeMode:
         min_yield_time_ms: int | None = None,
         max_empty_wait_ms: int | None = None,
         policy: ToolPolicy | None = None,
-        approver: Approver | None = None,
+        approver: Callable[[ApprovalRequest], Awaitable[Approve | Deny]] | None = None,
     ) -> None:
         self._session = session
         self._bridge = session._bridge
-        on_trio: Approver | None = None
+        on_trio: Callable[[ApprovalRequest], Awaitable[Approve | Deny]] | None = None
         if approver is not None:
             asyncio_approver = approver
 
