@@ -11,6 +11,19 @@ value types only: no trio, no I/O. Each side wraps its connection in a thin trio
 from typing import TYPE_CHECKING
 
 from ..errors import ErrorKind as ErrorKind
+from ._capabilities import APPROVAL_CAPABILITY as APPROVAL_CAPABILITY
+from ._capabilities import BUDGET_CAPABILITY as BUDGET_CAPABILITY
+from ._capabilities import CAPABILITIES as CAPABILITIES
+from ._capabilities import DENIAL_CAPABILITY as DENIAL_CAPABILITY
+from ._capabilities import HEARTBEAT_CAPABILITY as HEARTBEAT_CAPABILITY
+from ._capabilities import INVENTORY_CAPABILITY as INVENTORY_CAPABILITY
+from ._capabilities import KEPT_VALUES_CAPABILITY as KEPT_VALUES_CAPABILITY
+from ._capabilities import LIMITS_CAPABILITY as LIMITS_CAPABILITY
+from ._capabilities import PENDING_FRONTIER_CAPABILITY as PENDING_FRONTIER_CAPABILITY
+from ._capabilities import PROTOCOL_VERSION as PROTOCOL_VERSION
+from ._capabilities import TRACE_CAPABILITY as TRACE_CAPABILITY
+from ._capabilities import WALL_TIME_CAPABILITY as WALL_TIME_CAPABILITY
+from ._capabilities import YIELD_CAPABILITY as YIELD_CAPABILITY
 from ._codec import MAX_FRAME_BYTES as MAX_FRAME_BYTES
 from ._codec import NEED_DATA as NEED_DATA
 from ._codec import FrameDecodeError as FrameDecodeError
@@ -38,19 +51,6 @@ from ._events import InitialAnswered as InitialAnswered
 from ._events import PreemptRequested as PreemptRequested
 from ._events import RequestReceived as RequestReceived
 from ._events import StoredValuesCommitted as StoredValuesCommitted
-from ._messages import APPROVAL_CAPABILITY as APPROVAL_CAPABILITY
-from ._messages import BUDGET_CAPABILITY as BUDGET_CAPABILITY
-from ._messages import CAPABILITIES as CAPABILITIES
-from ._messages import DENIAL_CAPABILITY as DENIAL_CAPABILITY
-from ._messages import HEARTBEAT_CAPABILITY as HEARTBEAT_CAPABILITY
-from ._messages import INVENTORY_CAPABILITY as INVENTORY_CAPABILITY
-from ._messages import KEPT_VALUES_CAPABILITY as KEPT_VALUES_CAPABILITY
-from ._messages import LIMITS_CAPABILITY as LIMITS_CAPABILITY
-from ._messages import PENDING_FRONTIER_CAPABILITY as PENDING_FRONTIER_CAPABILITY
-from ._messages import PROTOCOL_VERSION as PROTOCOL_VERSION
-from ._messages import TRACE_CAPABILITY as TRACE_CAPABILITY
-from ._messages import WALL_TIME_CAPABILITY as WALL_TIME_CAPABILITY
-from ._messages import YIELD_CAPABILITY as YIELD_CAPABILITY
 from ._messages import CellClosed as CellClosed
 from ._messages import CellList as CellList
 from ._messages import ClientMessage as ClientMessage

@@ -39,6 +39,7 @@ from .._api import (
 )
 from ..errors import InvalidRequestError
 from ..observability._report import CellReport, TraceContext
+from ._capabilities import APPROVAL_CAPABILITY, TRACE_CAPABILITY
 from ._cells import CellBook
 from ._cellview import CellView
 from ._codec import FrameTooLargeError
@@ -58,8 +59,6 @@ from ._events import (
 )
 from ._handshake import checked_ready, client_hello
 from ._messages import (
-    APPROVAL_CAPABILITY,
-    TRACE_CAPABILITY,
     CellClosed,
     CellList,
     DelegateCancel,

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from ._capabilities import PROTOCOL_VERSION
 from ._errors import RemoteProtocolError
-from ._messages import PROTOCOL_VERSION, Hello, HostMessage, Ready
+from ._messages import Hello, HostMessage, Ready
 
 
 def client_hello(

@@ -46,6 +46,19 @@ from collections.abc import Iterable
 from .._api import AdmissionLimits, Pending, RuntimeResponse
 from ..errors import TOO_MANY_REQUESTS, ErrorKind
 from ..observability._report import CellReport
+from ._capabilities import (
+    APPROVAL_CAPABILITY,
+    BUDGET_CAPABILITY,
+    CAPABILITIES,
+    INVENTORY_CAPABILITY,
+    KEPT_VALUES_CAPABILITY,
+    LIMITS_CAPABILITY,
+    PENDING_FRONTIER_CAPABILITY,
+    PROTOCOL_VERSION,
+    TRACE_CAPABILITY,
+    WALL_TIME_CAPABILITY,
+    YIELD_CAPABILITY,
+)
 from ._codec import FrameDecodeError, FrameTooLargeError
 from ._endpoint import Endpoint
 from ._errors import LocalProtocolError, RemoteProtocolError
@@ -61,17 +74,6 @@ from ._events import (
     RequestReceived,
 )
 from ._messages import (
-    APPROVAL_CAPABILITY,
-    BUDGET_CAPABILITY,
-    CAPABILITIES,
-    INVENTORY_CAPABILITY,
-    KEPT_VALUES_CAPABILITY,
-    LIMITS_CAPABILITY,
-    PENDING_FRONTIER_CAPABILITY,
-    PROTOCOL_VERSION,
-    TRACE_CAPABILITY,
-    WALL_TIME_CAPABILITY,
-    YIELD_CAPABILITY,
     CellClosed,
     ClientMessage,
     DelegateCancel,

@@ -40,50 +40,6 @@ from .._api import (
 from ..errors import ErrorKind
 from ..observability._report import CellReport, TraceContext
 
-PROTOCOL_VERSION = 1
-LIMITS_CAPABILITY = "session-cell-execution-resource-limits"
-"""Carries `CellLimits` on `session/open` (design.md, design 4)."""
-PENDING_FRONTIER_CAPABILITY = "pending-frontier"
-"""Enables `session/executeToPending` and `session/waitToPending` (design.md, runtime 5.9)."""
-YIELD_CAPABILITY = "yield-observation"
-"""Enables `operation/yield`: an active observation returns `Yielded` now (preempt)."""
-INVENTORY_CAPABILITY = "cell-inventory"
-"""Enables `session/cells`: the session's live cells (`Session.cells()`)."""
-HEARTBEAT_CAPABILITY = "heartbeat"
-"""Enables `connection/ping` and `connection/pong`, both ways: a peer that stops answering is
-noticed even when its socket stays open (docs/protocol.md, "Heartbeats")."""
-TRACE_CAPABILITY = "trace-context"
-"""Enables the `trace` field of execute and wait requests (a W3C trace context) and the
-`report` field of `cell/closed` (the runtime's `CellReport`): docs/observability.md."""
-DENIAL_CAPABILITY = "tool-denial"
-"""Allows the `denied` error kind on a tool call's `delegate/response`: the call's policy denied
-it, and the cell's promise rejects with an `Error` (docs/governance.md)."""
-WALL_TIME_CAPABILITY = "wall-time-limit"
-"""Enables `CellLimits.max_wall_time_ms` in `session/open`'s limits (docs/governance.md)."""
-BUDGET_CAPABILITY = "session-budget"
-"""Enables `CellLimits.max_session_tool_calls` and `max_session_cpu_time_ms` in
-`session/open`'s limits, and `session/usage`: what the session used (`Session.usage()`)."""
-APPROVAL_CAPABILITY = "approval-wait"
-"""Enables `delegate/waiting` (client -> host: a tool call started or stopped waiting for its
-approval) and `CellInfo.waiting_for_approval` in `session/cellList` (docs/governance.md)."""
-KEPT_VALUES_CAPABILITY = "kept-stored-values"
-"""Enables `session/open`'s `stored_values` and `keep_stored_values`, and `session/committed`
-(host -> client: what a cell of such a session committed), docs/durability.md."""
-CAPABILITIES = (
-    LIMITS_CAPABILITY,
-    PENDING_FRONTIER_CAPABILITY,
-    YIELD_CAPABILITY,
-    INVENTORY_CAPABILITY,
-    HEARTBEAT_CAPABILITY,
-    TRACE_CAPABILITY,
-    DENIAL_CAPABILITY,
-    APPROVAL_CAPABILITY,
-    WALL_TIME_CAPABILITY,
-    BUDGET_CAPABILITY,
-    KEPT_VALUES_CAPABILITY,
-)
-"""Everything this version of codemode speaks, host and client alike."""
-
 T = TypeVar("T")
 
 RequestId: TypeAlias = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
