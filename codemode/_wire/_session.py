@@ -40,7 +40,7 @@ import collections
 import math
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, Protocol, TypeVar, final
+from typing import Protocol, TypeVar, final
 
 import msgspec
 import trio
@@ -73,8 +73,6 @@ from ..errors import (
     ProviderClosedError,
     RuntimeReplacedError,
     SessionShuttingDownError,
-    StaleGenerationError,
-    error_from_kind,
 )
 from ..observability import CellTrace, SessionTraces, TraceContext
 from ..protocol import (
@@ -90,11 +88,10 @@ from ..protocol import (
     ExecutionStarted,
     FrameTooLargeError,
     LocalProtocolError,
-    Ok,
     SessionReady,
     UsageReport,
-    WaitCompleted,
 )
+from ._binding import Binding, unwrap
 from ._link import HostLink
 
 UNCANCELLABLE_TIMEOUT = 60.0
@@ -102,7 +99,6 @@ UNCANCELLABLE_TIMEOUT = 60.0
 host 4.2)."""
 
 
-_R = TypeVar("_R", bound=RuntimeResponse | Pending)
 _Opened = TypeVar("_Opened")
 
 
@@ -139,50 +135,6 @@ class SessionOwner(Protocol):
         ...
 
 
-class _Binding:
-    """The session as opened on one host link."""
-
-    def __init__(self, link: HostLink, session_id: str, generation: int) -> None:
-        self.link = link
-        self.session_id = session_id
-        self.generation = generation
-
-    def public_id(self, wire_id: str) -> str:
-        return wire_id if self.generation == 1 else f"g{self.generation}:{wire_id}"
-
-    def wire_id(self, public_id: str) -> str:
-        if self.generation == 1:
-            if public_id.startswith("g") and ":" in public_id:
-                raise StaleGenerationError(public_id)
-            return public_id
-        prefix = f"g{self.generation}:"
-        if not public_id.startswith(prefix):
-            raise StaleGenerationError(public_id)
-        return public_id[len(prefix) :]
-
-    def response(self, response: _R) -> _R:
-        return msgspec.structs.replace(response, cell_id=self.public_id(response.cell_id))
-
-    def need(self, capability: str, feature: str) -> None:
-        if capability not in self.link.capabilities:
-            raise CodeModeError(
-                f"code-mode host does not support {feature}: missing `{capability}` capability"
-            )
-
-    def outcome(self, result: Ok[Any] | Err, public_id: str) -> WaitOutcome:
-        value = _unwrap(result, public_id)
-        if not isinstance(value, WaitCompleted):
-            raise HostLostError("code-mode host returned an invalid cell response")
-        outcome = value.outcome
-        return msgspec.structs.replace(outcome, response=self.response(outcome.response))
-
-
-def _unwrap(result: Ok[Any] | Err, cell_id: str | None = None) -> object:
-    if isinstance(result, Err):
-        raise error_from_kind(result.kind, result.message, cell_id)
-    return result.value
-
-
 @final
 class WireSession:
     """A code-mode session whose cells run in a host its provider placed it on."""
@@ -202,8 +154,8 @@ class WireSession:
         self._traces = SessionTraces(kind)
         self._limits = limits
         self._store_load = store_load
-        self._binding: _Binding | None = None
-        self._retired: list[_Binding] = []
+        self._binding: Binding | None = None
+        self._retired: list[Binding] = []
         self._generation = 0
         self._shutdown = RunOnce()
         self._bind_lock = trio.Lock()
@@ -227,7 +179,7 @@ class WireSession:
         if self._shutdown.started:
             raise SessionShuttingDownError()
 
-    async def _bind(self) -> _Binding:
+    async def _bind(self) -> Binding:
         self._check()
         binding = self._binding
         if binding is not None and binding.link.alive:
@@ -264,7 +216,7 @@ class WireSession:
         if self._kept is not None:
             self._kept.update(values)
 
-    async def _open_on(self, link: HostLink) -> _Binding:
+    async def _open_on(self, link: HostLink) -> Binding:
         """Open the session on `link` as its next generation (the bind lock is held; the
         placement strategy calls it, on each host it tries)."""
         limits = None
@@ -286,7 +238,7 @@ class WireSession:
                 f" `{KEPT_VALUES_CAPABILITY}` capability"
             )
         session_id = self._provider.next_session_id()
-        ready = _unwrap(
+        ready = unwrap(
             await link.open_session(
                 session_id,
                 limits,
@@ -298,7 +250,7 @@ class WireSession:
         if not isinstance(ready, SessionReady):
             raise HostLostError("code-mode host returned an invalid open-session response")
         self._generation += 1
-        self._binding = _Binding(link, session_id, self._generation)
+        self._binding = Binding(link, session_id, self._generation)
         if self._generation > 1:
             self._traces.host_replaced()
         return self._binding
@@ -339,7 +291,7 @@ class WireSession:
 
     async def _start(
         self,
-        binding: _Binding,
+        binding: Binding,
         request: ExecuteRequest,
         delegate: SessionDelegate,
         *,
@@ -360,13 +312,13 @@ class WireSession:
             raise FrameLimitError(
                 f"code-mode execute request exceeds the IPC frame limit: {error}"
             ) from None
-        started = _unwrap(result)
+        started = unwrap(result)
         if not isinstance(started, ExecutionStarted):
             raise HostLostError("code-mode host returned an invalid execute response")
         return request_id, started.cell_id
 
     async def _initial_response(
-        self, binding: _Binding, request_id: int, cell_id: str
+        self, binding: Binding, request_id: int, cell_id: str
     ) -> RuntimeResponse:
         if self._provider.closed:
             raise ProviderClosedError()  # rule 3, as in-process
@@ -379,7 +331,7 @@ class WireSession:
         return await self._take_initial_response(binding, request_id, cell_id)
 
     async def _take_initial_response(
-        self, binding: _Binding, request_id: int, cell_id: str
+        self, binding: Binding, request_id: int, cell_id: str
     ) -> RuntimeResponse:
         try:
             result = await binding.link.initial_response(request_id, binding.session_id)
@@ -387,12 +339,12 @@ class WireSession:
             raise CodeModeError(
                 f"the initial response of exec cell {cell_id} was already taken or released"
             ) from None
-        response = _unwrap(result, cell_id)
+        response = unwrap(result, cell_id)
         assert isinstance(response, Yielded | Completed | Terminated)
         await self._settle(binding, response)
         return binding.response(response)
 
-    async def _settle(self, binding: _Binding, response: RuntimeResponse | Pending) -> None:
+    async def _settle(self, binding: Binding, response: RuntimeResponse | Pending) -> None:
         """A cell's end reaches the caller after its delegate calls were cleaned up; a frontier
         after the delegate saw each call it lists."""
         if isinstance(response, Pending):
@@ -457,7 +409,7 @@ class WireSession:
 
     async def _execute_to_pending(
         self,
-        binding: _Binding,
+        binding: Binding,
         request: ExecuteRequest,
         delegate: SessionDelegate,
         traced: CellTrace | None,
@@ -469,7 +421,7 @@ class WireSession:
         )
         cell_id = binding.public_id(wire_id)
         try:
-            response = _unwrap(await link.initial_response(request_id, binding.session_id), cell_id)
+            response = unwrap(await link.initial_response(request_id, binding.session_id), cell_id)
         except BaseException:
             link.abandon(request_id, binding.session_id, wire_id)
             raise
@@ -495,7 +447,7 @@ class WireSession:
         """The session's live cells in its host, oldest first, with their public ids."""
         binding = await self._bind()
         binding.need(INVENTORY_CAPABILITY, "the cell inventory")
-        listed = _unwrap(await binding.link.cells(binding.session_id))
+        listed = unwrap(await binding.link.cells(binding.session_id))
         if not isinstance(listed, CellList):
             raise HostLostError("code-mode host returned an invalid cell list response")
         return [
@@ -508,7 +460,7 @@ class WireSession:
         counts anew there)."""
         binding = await self._bind()
         binding.need(BUDGET_CAPABILITY, "session usage")
-        reported = _unwrap(await binding.link.usage(binding.session_id))
+        reported = unwrap(await binding.link.usage(binding.session_id))
         if not isinstance(reported, UsageReport):
             raise HostLostError("code-mode host returned an invalid usage response")
         return reported.usage
@@ -577,7 +529,7 @@ class WireSession:
         finally:
             self._provider.forget(self)
 
-    async def _close(self, binding: _Binding) -> None:
+    async def _close(self, binding: Binding) -> None:
         link = binding.link
         if link.alive:
             with trio.move_on_after(UNCANCELLABLE_TIMEOUT) as bounded:
