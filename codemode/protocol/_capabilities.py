@@ -2,8 +2,20 @@
 version 1's first frames (docs/protocol.md, "Extending the wire: the capability rule").
 
 A peer sends a field or a frame of a capability only once the other side offered it; the
-message definitions (`_messages`) say which fields belong to which capability.
+message definitions (`_messages`) say which fields belong to which capability, and
+`missing_capability` is the host's check of a request against what its hello negotiated.
 """
+
+from __future__ import annotations
+
+from ._messages import (
+    ExecuteToPending,
+    GetUsage,
+    HostRequest,
+    ListCells,
+    OpenSession,
+    WaitToPending,
+)
 
 PROTOCOL_VERSION = 1
 """The one version of the wire; everything added since is a capability."""
@@ -49,3 +61,34 @@ CAPABILITIES = (
     KEPT_VALUES_CAPABILITY,
 )
 """Everything this version of codemode speaks, host and client alike."""
+
+
+def missing_capability(request: HostRequest, offered: frozenset[str]) -> str | None:
+    """Why the host refuses `request`: it uses a capability the hello did not negotiate (the
+    capability rule; answered `invalid_request`), or None."""
+    if isinstance(request, OpenSession):
+        keeps = request.keep_stored_values or request.stored_values is not None
+        if keeps and KEPT_VALUES_CAPABILITY not in offered:
+            return f"code-mode kept stored values need the `{KEPT_VALUES_CAPABILITY}` capability"
+        limits = request.cell_execution_limits
+        if limits is None:
+            return None
+        for needed, present in (
+            (LIMITS_CAPABILITY, True),
+            (WALL_TIME_CAPABILITY, limits.max_wall_time_ms is not None),
+            (BUDGET_CAPABILITY, limits.has_session_budget),
+        ):
+            if present and needed not in offered:
+                return f"invalid code-mode session execution limits: {needed} was not negotiated"
+        return None
+    if isinstance(request, ListCells) and INVENTORY_CAPABILITY not in offered:
+        return f"code-mode cell inventory needs the `{INVENTORY_CAPABILITY}` capability"
+    if isinstance(request, GetUsage) and BUDGET_CAPABILITY not in offered:
+        return f"code-mode session usage needs the `{BUDGET_CAPABILITY}` capability"
+    pending = isinstance(request, ExecuteToPending | WaitToPending)
+    if pending and PENDING_FRONTIER_CAPABILITY not in offered:
+        return (
+            f"code-mode pending frontier requests need the `{PENDING_FRONTIER_CAPABILITY}`"
+            " capability"
+        )
+    return None

@@ -48,16 +48,11 @@ from ..errors import TOO_MANY_REQUESTS, ErrorKind
 from ..observability._report import CellReport
 from ._capabilities import (
     APPROVAL_CAPABILITY,
-    BUDGET_CAPABILITY,
     CAPABILITIES,
-    INVENTORY_CAPABILITY,
-    KEPT_VALUES_CAPABILITY,
-    LIMITS_CAPABILITY,
-    PENDING_FRONTIER_CAPABILITY,
     PROTOCOL_VERSION,
     TRACE_CAPABILITY,
-    WALL_TIME_CAPABILITY,
     YIELD_CAPABILITY,
+    missing_capability,
 )
 from ._codec import FrameDecodeError, FrameTooLargeError
 from ._endpoint import Endpoint
@@ -84,13 +79,11 @@ from ._messages import (
     Execute,
     ExecuteToPending,
     ExecutionStarted,
-    GetUsage,
     Hello,
     HostRequest,
     HostResponse,
     InitialResponse,
     InvalidHello,
-    ListCells,
     MissingRequiredCapability,
     NoCompatibleVersion,
     NotificationSend,
@@ -434,38 +427,11 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
                 return _invalid(f"code-mode session ID `{session_id}` is already open")
             if session_id in self._closed_sessions:
                 return _invalid(f"code-mode session ID `{session_id}` was reused")
-            keeps = request.keep_stored_values or request.stored_values is not None
-            if keeps and KEPT_VALUES_CAPABILITY not in self.capabilities:
-                return _invalid(
-                    f"code-mode kept stored values need the `{KEPT_VALUES_CAPABILITY}` capability"
-                )
-            limits = request.cell_execution_limits
-            if limits is None:
-                return None
-            for needed, present in (
-                (LIMITS_CAPABILITY, True),
-                (WALL_TIME_CAPABILITY, limits.max_wall_time_ms is not None),
-                (BUDGET_CAPABILITY, limits.has_session_budget),
-            ):
-                if present and needed not in self.capabilities:
-                    return _invalid(
-                        f"invalid code-mode session execution limits: {needed} was not negotiated"
-                    )
+        missing = missing_capability(request, self.capabilities)
+        if missing is not None:
+            return _invalid(missing)
+        if isinstance(request, OpenSession):
             return None
-        if isinstance(request, ListCells) and INVENTORY_CAPABILITY not in self.capabilities:
-            return _invalid(
-                f"code-mode cell inventory needs the `{INVENTORY_CAPABILITY}` capability"
-            )
-        if isinstance(request, GetUsage) and BUDGET_CAPABILITY not in self.capabilities:
-            return _invalid(f"code-mode session usage needs the `{BUDGET_CAPABILITY}` capability")
-        if (
-            isinstance(request, ExecuteToPending | WaitToPending)
-            and PENDING_FRONTIER_CAPABILITY not in self.capabilities
-        ):
-            return _invalid(
-                f"code-mode pending frontier requests need the `{PENDING_FRONTIER_CAPABILITY}`"
-                " capability"
-            )
         if state is SessionState.OPEN:
             return None
         if state is SessionState.CLOSING:
