@@ -43,6 +43,7 @@ from ._capabilities import APPROVAL_CAPABILITY, TRACE_CAPABILITY
 from ._cells import CellBook
 from ._cellview import CellView
 from ._codec import FrameTooLargeError
+from ._connection_messages import Ping, Pong, Ready, Rejected
 from ._endpoint import Endpoint
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._events import (
@@ -79,10 +80,6 @@ from ._messages import (
     OperationRequest,
     OperationResponse,
     OperationYield,
-    Ping,
-    Pong,
-    Ready,
-    Rejected,
     SessionClosed,
     SessionCommitted,
     SessionReady,

@@ -16,9 +16,9 @@ from typing import Generic, TypeVar
 
 from ._capabilities import HEARTBEAT_CAPABILITY
 from ._codec import NEED_DATA, FrameDecodeError, FrameDecoder, FrameEncoder, NeedData
+from ._connection_messages import Ping, Pong
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._events import ConnectionEnded
-from ._messages import Ping, Pong
 from ._states import CONNECTION, ConnectionState, ConnectionTrigger
 
 M = TypeVar("M")

@@ -18,6 +18,7 @@ import msgspec
 
 from .._api import Pending, RuntimeResponse
 from ..observability._report import CellReport
+from ._connection_messages import RejectReason
 from ._messages import (
     Err,
     HostRequest,
@@ -25,7 +26,6 @@ from ._messages import (
     NotificationDelivered,
     NotificationSend,
     Ok,
-    RejectReason,
     ToolInvoke,
     ToolResult,
 )

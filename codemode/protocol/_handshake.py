@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from ._capabilities import PROTOCOL_VERSION
+from ._connection_messages import Hello, Ready
 from ._errors import RemoteProtocolError
-from ._messages import Hello, HostMessage, Ready
+from ._messages import HostMessage
 
 
 def client_hello(

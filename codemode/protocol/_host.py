@@ -55,6 +55,19 @@ from ._capabilities import (
     missing_capability,
 )
 from ._codec import FrameDecodeError, FrameTooLargeError
+from ._connection_messages import (
+    Hello,
+    InvalidHello,
+    MissingRequiredCapability,
+    NoCompatibleVersion,
+    Ping,
+    Pong,
+    Ready,
+    Rejected,
+    RejectReason,
+    Unauthorized,
+    VersionMismatch,
+)
 from ._endpoint import Endpoint
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._events import (
@@ -79,13 +92,9 @@ from ._messages import (
     Execute,
     ExecuteToPending,
     ExecutionStarted,
-    Hello,
     HostRequest,
     HostResponse,
     InitialResponse,
-    InvalidHello,
-    MissingRequiredCapability,
-    NoCompatibleVersion,
     NotificationSend,
     Ok,
     OpenSession,
@@ -93,18 +102,11 @@ from ._messages import (
     OperationRequest,
     OperationResponse,
     OperationYield,
-    Ping,
-    Pong,
-    Ready,
-    Rejected,
-    RejectReason,
     SessionClosed,
     SessionCommitted,
     SessionReady,
     ShutdownSession,
     ToolInvoke,
-    Unauthorized,
-    VersionMismatch,
     Wait,
     WaitToPending,
 )

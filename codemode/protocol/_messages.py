@@ -5,6 +5,9 @@ tagged by `type`, requests by `method`, results by `status`. Every struct reject
 at every level (the payload types of `codemode._api` do too). Field names are snake_case
 throughout: this is codemode's own wire, not a byte-compatible copy of the reference's JSON.
 
+The connection's own frames (hello, ready, refusals, ping, pong) are in `_connection_messages`;
+this module holds the requests, answers and reverse calls, and the unions of each direction.
+
     client -> host   Hello, OperationRequest, OperationCancel, OperationYield, DelegateResponse
     host -> client   Ready, Rejected, OperationResponse, InitialResponse, DelegateRequest,
                      DelegateCancel, CellClosed
@@ -21,12 +24,11 @@ Rules (design.md, host 2.2; pinned by `invalid_protocol_states_cannot_be_constru
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Generic, TypeAlias, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar
 
 import msgspec
 
 from .._api import (
-    AdmissionLimits,
     CellInfo,
     CellLimits,
     ExecuteRequest,
@@ -39,43 +41,13 @@ from .._api import (
 )
 from ..errors import ErrorKind
 from ..observability._report import CellReport, TraceContext
+from ._connection_messages import Hello, Ping, Pong, Ready, Rejected
+from ._message_base import Message as _Message
+from ._message_base import RequestId
+from ._message_base import check_id as _check_id
+from ._message_base import check_session_id as _check_session_id
 
 T = TypeVar("T")
-
-RequestId: TypeAlias = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
-"""Operation ids (client-allocated) and delegate ids (host-allocated): from 1 per connection."""
-
-
-def _check_id(request_id: int) -> None:
-    if request_id < 1:
-        raise ValueError(f"code-mode request IDs start at 1, got {request_id}")
-
-
-def _check_session_id(session_id: str) -> None:
-    if not session_id:
-        raise ValueError("invalid code-mode session ID: empty")
-
-
-def _check_versions(versions: list[int]) -> None:
-    if not versions:
-        raise ValueError("supported protocol versions must not be empty")
-    if any(version < 1 for version in versions):
-        raise ValueError(f"protocol versions must be positive, got {versions}")
-    if len(set(versions)) != len(versions):
-        raise ValueError(f"supported protocol versions must not repeat, got {versions}")
-
-
-def _check_capabilities(capabilities: list[str]) -> None:
-    if any(not capability.strip() for capability in capabilities):
-        raise ValueError("a code-mode capability must not be blank")
-    if len(set(capabilities)) != len(capabilities):
-        raise ValueError(f"code-mode capabilities must not repeat, got {capabilities}")
-
-
-class _Message(
-    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag_field="type"
-):
-    pass
 
 
 # ---- results -----------------------------------------------------------------------------
@@ -110,104 +82,6 @@ class Err(
 
     kind: ErrorKind
     message: str
-
-
-# ---- handshake ---------------------------------------------------------------------------
-
-
-class Hello(_Message, tag="connection/hello", frozen=True, omit_defaults=True):
-    """First client frame: versions and capabilities the client speaks.
-
-    Parameters:
-        codemode_version: the client's codemode version; a host that checks it (one listening
-            on a socket) refuses another version, or none, with `VersionMismatch`.
-        token: the shared secret of a host that requires one (`Unauthorized` when it is
-            wrong or missing). Both are sent only when set: a spawned host's hello has neither.
-    """
-
-    supported_versions: list[int]
-    required_capabilities: list[str] = msgspec.field(default_factory=list)
-    optional_capabilities: list[str] = msgspec.field(default_factory=list)
-    codemode_version: str | None = None
-    token: str | None = None
-
-    def __post_init__(self) -> None:
-        _check_versions(self.supported_versions)
-        _check_capabilities(self.required_capabilities)
-        _check_capabilities(self.optional_capabilities)
-        both = set(self.required_capabilities) & set(self.optional_capabilities)
-        if both:
-            raise ValueError(
-                f"code-mode capabilities listed as required and optional: {sorted(both)}"
-            )
-
-
-class Ready(_Message, tag="connection/ready", frozen=True, omit_defaults=True):
-    """The host's answer to a hello; `admission`: the limits it applies to this connection
-    (sent only by hosts that advertise them)."""
-
-    selected_version: int
-    capabilities: list[str]
-    admission: AdmissionLimits | None = None
-
-    def __post_init__(self) -> None:
-        _check_versions([self.selected_version])
-        _check_capabilities(self.capabilities)
-
-
-class NoCompatibleVersion(_Message, tag="noCompatibleVersion", frozen=True):
-    supported_versions: list[int]
-
-    def __post_init__(self) -> None:
-        _check_versions(self.supported_versions)
-
-
-class MissingRequiredCapability(_Message, tag="missingRequiredCapability", frozen=True):
-    capability: str
-
-    def __post_init__(self) -> None:
-        _check_capabilities([self.capability])
-
-
-class InvalidHello(_Message, tag="invalidHello", frozen=True):
-    message: str
-
-
-class Unauthorized(_Message, tag="unauthorized", frozen=True):
-    """The hello's token is missing or wrong (the text never holds a token)."""
-
-    message: str
-
-
-class VersionMismatch(_Message, tag="versionMismatch", frozen=True):
-    """The client runs another codemode version than the host (`client_version` None: the
-    hello named none)."""
-
-    host_version: str
-    client_version: str | None
-
-
-RejectReason: TypeAlias = (
-    NoCompatibleVersion | MissingRequiredCapability | InvalidHello | Unauthorized | VersionMismatch
-)
-
-
-def describe_rejection(reason: RejectReason) -> str:
-    """The text a client reports for a refused hello."""
-    prefix = "code-mode host rejected the handshake"
-    match reason:
-        case Unauthorized(message=message):
-            return f"{prefix}: {message}"
-        case VersionMismatch(host_version=host, client_version=client):
-            return (
-                f"{prefix}: the host runs codemode {host} and this client codemode"
-                f" {client or '(unknown)'}; install the same codemode version on both sides"
-            )
-    return f"{prefix}: {reason!r}"
-
-
-class Rejected(_Message, tag="connection/rejected", frozen=True):
-    reason: RejectReason
 
 
 # ---- operations --------------------------------------------------------------------------
@@ -354,14 +228,6 @@ class OperationYield(_Message, tag="operation/yield", frozen=True):
 
     def __post_init__(self) -> None:
         _check_id(self.id)
-
-
-class Ping(_Message, tag="connection/ping", frozen=True):
-    """Are you there? Answered with `Pong` at once. Either side, with `HEARTBEAT_CAPABILITY`."""
-
-
-class Pong(_Message, tag="connection/pong", frozen=True):
-    """The answer to a `Ping`."""
 
 
 class OperationResponse(_Message, tag="operation/response", frozen=True):
