@@ -12,7 +12,7 @@ Rules:
    without it (or with another) is refused and the connection closed; the hello must name
    this host's codemode version. A TCP connection has keepalive on with short timers
    (`codemode._trio._sockets`), so a client that vanished without a word is noticed.
-3. A client that goes away (end of file, a reset, a keepalive timeout, a protocol error)
+3. A client that goes away (a goodbye, a protocol error, or a cut it did not resume in time)
    loses its sessions: their cells are terminated, their reverse calls cancelled; the host
    keeps serving the others. One client's failure never ends another's connection.
 4. SIGTERM or SIGINT (or the death of the process named by `CODEMODE_HOST_PARENT`, when set)
@@ -24,6 +24,11 @@ Rules:
    evicts the oldest) and at most `--max-connections` clients are in (one more is closed after
    its hello). Each closing is logged with its reason. At start the host raises its soft limit
    on open descriptors to the hard one.
+6. A client's connection whose stream is cut (end of file without a goodbye, a reset, a
+   silent client) keeps its sessions, cells and pending calls for `--resume-grace` (default
+   30 s): the client reconnects and resumes it (`_resume.py`, `server.py`); past the grace they
+   are freed as in rule 3. A stream that resumes a connection serves it and is not a client
+   of its own.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ import trio
 from codemode_host._listen_limits import ConnectionBook
 from codemode_host._listen_options import ListenSettings
 from codemode_host._options import HostOptions
+from codemode_host._resume import ResumeDesk
 from codemode_host.engine import Engine, open_engine
 from codemode_host.runtime import worker_ceiling
 from codemode_host.server import SHUTDOWN_TIMEOUT, serve_connection
@@ -122,6 +128,7 @@ async def serve_listening(
             max_waiting=settings.max_waiting_connections,
             max_connections=settings.max_connections,
         ),
+        resumes=ResumeDesk(settings.resume_grace) if settings.resume_grace > 0 else None,
     )
     try:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -188,8 +195,9 @@ async def _serve_client(
     engine: Engine,
     stop: trio.Event,
     book: ConnectionBook,
+    resumes: ResumeDesk | None,
 ) -> None:
-    """Serve one accepted connection to its end (rules 2, 3 and 5)."""
+    """Serve one accepted connection to its end (rules 2, 3, 5 and 6)."""
     peer = _peer(stream)
     logger.info("client %s connected", peer)
     keep_alive(stream.socket)
@@ -205,6 +213,8 @@ async def _serve_client(
                 engine,
                 stop,
                 partial(book.ready, key),
+                resumes,
+                partial(book.handed_over, key),
             )
         finally:
             book.left(key)
@@ -219,6 +229,8 @@ async def _serve_stream(
     engine: Engine,
     stop: trio.Event,
     on_ready: Callable[[], bool],
+    resumes: ResumeDesk | None,
+    on_handed_over: Callable[[], None],
 ) -> None:
     """Serve the connection (over TLS when configured); whatever fails, it is closed."""
     served: trio.abc.Stream = stream
@@ -243,6 +255,8 @@ async def _serve_stream(
             inventory_signal=False,  # per connection, the signal handlers would nest badly
             hello_timeout=settings.hello_timeout,
             on_ready=on_ready,
+            resumes=resumes,
+            on_handed_over=on_handed_over,
         )
         logger.info("client %s disconnected (status %d)", peer, status)
     except Exception:

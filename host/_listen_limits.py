@@ -25,6 +25,9 @@ MAX_WAITING_CONNECTIONS = 64
 """Connections at once that have not completed their hello (`--max-waiting-connections`)."""
 MAX_CONNECTIONS = 1024
 """Clients connected at once past their hello (`--max-connections`)."""
+RESUME_GRACE = 30.0
+"""Seconds a cut connection keeps its sessions, cells and pending calls for its client to
+resume it (`--resume-grace`; 0: no resume, a cut frees them at once)."""
 
 
 class ConnectionBook:
@@ -77,6 +80,11 @@ class ConnectionBook:
             return False
         self._connected.add(key)
         return True
+
+    def handed_over(self, key: int) -> None:
+        """The connection resumed another one and serves on its behalf: it is neither
+        waiting nor a client of its own (the connection it resumed counts)."""
+        self._waiting.pop(key, None)
 
     def left(self, key: int) -> None:
         """The connection ended, however it ended."""

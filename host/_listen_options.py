@@ -1,6 +1,6 @@
 """The listening options of `codemode-host`: `--listen`, `--token-file`, `--tls-cert`, `--tls-key`,
-and the bounds on connections (`--hello-timeout`, `--max-waiting-connections`,
-`--max-connections`; `_listen_limits.py`).
+the bounds on connections (`--hello-timeout`, `--max-waiting-connections`,
+`--max-connections`; `_listen_limits.py`) and the grace of a cut connection (`--resume-grace`).
 
 Checked with the other options (`_options.py`): a mistake prints one line and exits with
 status 2 before anything listens.
@@ -15,7 +15,8 @@ Rules:
    loopback address may go without one.
 3. `--tls-cert` and `--tls-key` come together, and only with `--listen`; the certificate and
    key are loaded here, so a bad one is a usage error, not a failed connection later.
-4. The connection bounds are positive and apply only with `--listen`.
+4. The connection bounds are positive and apply only with `--listen`; `--resume-grace` is at
+   least 0 (0: a cut connection is not resumed).
 """
 
 from __future__ import annotations
@@ -27,7 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from codemode_host._listen_limits import HELLO_TIMEOUT, MAX_CONNECTIONS, MAX_WAITING_CONNECTIONS
+from codemode_host._listen_limits import (
+    HELLO_TIMEOUT,
+    MAX_CONNECTIONS,
+    MAX_WAITING_CONNECTIONS,
+    RESUME_GRACE,
+)
 
 if TYPE_CHECKING:  # loaded by `listen_settings` when it listens: a stdio host does without it
     from codemode._trio._sockets import HostAddress
@@ -45,6 +51,7 @@ class ListenSettings:
     hello_timeout: float = HELLO_TIMEOUT
     max_waiting_connections: int = MAX_WAITING_CONNECTIONS
     max_connections: int = MAX_CONNECTIONS
+    resume_grace: float = RESUME_GRACE
 
 
 def add_listen_options(parser: argparse.ArgumentParser) -> None:
@@ -92,6 +99,14 @@ def add_listen_options(parser: argparse.ArgumentParser) -> None:
         help=f"clients connected at once; one more is closed after its hello (default"
         f" {MAX_CONNECTIONS})",
     )
+    group.add_argument(
+        "--resume-grace",
+        metavar="SECONDS",
+        type=float,
+        default=None,
+        help="how long a cut connection keeps its sessions and running cells for its client to"
+        f" reconnect and resume it; 0: freed at once (default {RESUME_GRACE:g})",
+    )
 
 
 def listen_settings(
@@ -101,7 +116,7 @@ def listen_settings(
     program through `parser.error` (status 2)."""
     bounds = ("hello_timeout", "max_waiting_connections", "max_connections")
     if arguments.listen is None:
-        for name in ("token_file", "tls_cert", "tls_key", *bounds):
+        for name in ("token_file", "tls_cert", "tls_key", "resume_grace", *bounds):
             if getattr(arguments, name) is not None:
                 parser.error(f"--{name.replace('_', '-')} only applies with --listen")
         return None
@@ -121,6 +136,9 @@ def listen_settings(
         value = getattr(arguments, name)
         if value is not None and not value > 0:
             parser.error(f"--{name.replace('_', '-')} must be positive, got {value:g}")
+    grace = RESUME_GRACE if arguments.resume_grace is None else arguments.resume_grace
+    if not grace >= 0:
+        parser.error(f"--resume-grace must be 0 or more, got {grace:g}")
     return ListenSettings(
         address=address,
         token=token,
@@ -128,6 +146,7 @@ def listen_settings(
         hello_timeout=arguments.hello_timeout or HELLO_TIMEOUT,
         max_waiting_connections=arguments.max_waiting_connections or MAX_WAITING_CONNECTIONS,
         max_connections=arguments.max_connections or MAX_CONNECTIONS,
+        resume_grace=grace,
     )
 
 

@@ -79,6 +79,16 @@ class FrameWriter:
         self._closing = True
         self._queued.set()
 
+    def abandon(self) -> None:
+        """The stream is being let go of (cut, to be resumed on another): drop what is left,
+        never write again (not even from the end-of-pass hook: the stream's descriptor may be
+        closed and reused by the time it runs), and let `run` return."""
+        self._fd = None
+        self._left = bytearray()
+        self._dirty = False
+        self._take = bytearray  # whatever the connection queues now is for the next stream
+        self.close()
+
     async def run(self, on_failure: Callable[[BaseException], None]) -> None:
         """Write what the end-of-pass hook could not, until `close()`; a failed write calls
         `on_failure` and ends the task."""

@@ -22,3 +22,4 @@ from ._transport import CONNECT_TIMEOUT as CONNECT_TIMEOUT
 from ._transport import DRAIN_TIMEOUT as DRAIN_TIMEOUT
 from ._transport import PARENT_VARIABLE as PARENT_VARIABLE
 from ._transport import HostTransport as HostTransport
+from ._transport import NothingListeningError as NothingListeningError

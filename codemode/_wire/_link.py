@@ -21,12 +21,20 @@ Rules:
    before exiting still reach their callers.
 3. Once started, the link's tasks are shielded from the provider's cancellation (the provider's
    bounded shutdown still needs the reader); `aclose()` lifts that, with a deadline.
+4. A cut stream is not a loss when the connection can be resumed (`RESUME_CAPABILITY`, over a
+   transport that can reconnect): the link reconnects with a backoff until the host's grace
+   ends, presents its token, and both sides replay what the other missed (`_resume.py`).
+   Operations made meanwhile are queued; nothing reaches the application. A refused or
+   expired resume is a loss (rule 1). A host that stops answering while its stream stays open
+   is a loss too (the heartbeat): a resume covers a cut, not a silent host. `aclose()` says
+   goodbye first, so the host frees the sessions at once.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import trio
@@ -47,26 +55,31 @@ from ..protocol import (
     CAPABILITIES,
     HEARTBEAT_CAPABILITY,
     NEED_DATA,
+    RESUME_CAPABILITY,
     Answered,
     CellEnded,
     ClientConnection,
     ClientEvent,
     ClientStatistics,
     ConnectionEnded,
+    ConnectionResumed,
     DelegateCancelled,
     DelegateRequested,
     Err,
     ExecutionStarted,
+    GoodbyeReceived,
     HandshakeCompleted,
     HandshakeRejected,
     HostResponse,
     InitialAnswered,
     Ok,
     RemoteProtocolError,
+    ResumeFailed,
     StoredValuesCommitted,
     describe_rejection,
 )
 from ._delegates import ClientCell, ClientCells
+from ._resume import Resumer
 from ._transport import DRAIN_TIMEOUT, HostTransport
 
 # The process provider's logger, where the links have always logged (the remote provider's too).
@@ -114,15 +127,23 @@ class HostLink:
     ) -> None:
         self._transport = transport
         self._handshake_timeout = handshake_timeout
+        offered = [
+            capability
+            for capability in CAPABILITIES
+            if capability != RESUME_CAPABILITY or transport.resumable
+        ]
         self._connection = ClientConnection(
-            optional_capabilities=CAPABILITIES,
+            optional_capabilities=offered,
             codemode_version=self._transport.codemode_version,
             token=self._transport.token,
         )
         self._opened = False
+        self._closing = False
         self._life: trio.CancelScope | None = None
+        self._nursery: trio.Nursery | None = None
         self._writer: FrameWriter | None = None
         self._heartbeat = Heartbeat()
+        self._resumer: Resumer | None = None
         self._handshake: OneShot[HandshakeCompleted | HandshakeRejected | None] = OneShot()
         # Slots of the callers awaiting answers, with the session each request was for.
         self._answers: dict[int, tuple[OneShot[HostResult | HostLostError], str]] = {}
@@ -174,14 +195,12 @@ class HostLink:
         try:
             with trio.CancelScope() as self._life:
                 async with open_service_nursery() as nursery:
+                    self._nursery = nursery
                     self._cells.serve_in(nursery)
                     self._transport.start(nursery, self._lost, self._stdout_done)
-                    self._writer = FrameWriter(send, self._connection.take_outgoing)
-                    nursery.start_soon(self._writer.run, self._write_failed)
-                    nursery.start_soon(self._read, receive)
+                    self.attach(send, receive)
                     await self._shake_hands()
-                    if HEARTBEAT_CAPABILITY in self._connection.capabilities:
-                        nursery.start_soon(self._heartbeat.run, self._ping, self._silent)
+                    self._start_heartbeat()
                     self._life.shield = True  # rule 3
                     task_status.started()
                     await self._ended.wait()
@@ -222,10 +241,65 @@ class HostLink:
             await self._transport.last_words()  # they explain the failure
         raise HostLostError(self._transport.describe(reason)) from cause
 
+    def attach(self, send: trio.abc.SendStream, receive: trio.abc.ReceiveStream) -> None:
+        """Read and write these streams from now on (the first, or a resumed one: rule 4)."""
+        assert self._nursery is not None
+        writer = self._writer = FrameWriter(send, self._connection.take_outgoing)
+        self._nursery.start_soon(writer.run, partial(self._write_failed, writer))
+        self._nursery.start_soon(self._read, receive, writer)
+
+    def _start_heartbeat(self) -> None:
+        """Watch the host on the current stream; a heartbeat ends with its stream."""
+        if HEARTBEAT_CAPABILITY not in self._connection.capabilities:
+            return
+        assert self._nursery is not None
+        heartbeat = self._heartbeat = Heartbeat()
+        writer = self._writer
+
+        def ping() -> bool:
+            return writer is self._writer and self._ping()
+
+        def silent(reason: str) -> None:
+            if writer is self._writer:
+                self._silent(reason)
+
+        self._nursery.start_soon(heartbeat.run, ping, silent)
+
+    def _cut(self, writer: FrameWriter, reason: str) -> bool:
+        """The stream `writer` writes was cut: let go of it and resume (rule 4). False: the
+        connection cannot be resumed (or is being closed), and the cut is a loss."""
+        if writer is not self._writer:
+            return True  # let go of already
+        if not self._connection.resumable or self._closing or self.failure is not None:
+            return False
+        writer.abandon()
+        self._writer = None
+        if self._resumer is not None:
+            self._resumer.cut()  # an attempt's stream: the resumer tries again
+            return True
+        assert self._nursery is not None
+        self._connection.suspend()
+        grace = self._connection.resume_grace or 0.0
+        self._resumer = Resumer(self._transport, self, grace, reason)
+        self._nursery.start_soon(self._resumer.run)
+        return True
+
+    def resuming(self) -> None:
+        """The resumer reached the host again: queue the resume for the new stream."""
+        self._connection.begin_resume()
+
+    def resumed(self) -> None:
+        """The resumer is done: the host took the resume (rule 4)."""
+        self._resumer = None
+        self._start_heartbeat()
+        self._flush()
+
     async def aclose(self) -> None:
         """Close the host's stdin so it shuts down and exits (killed after CLOSE_TIMEOUT),
         then end the link: its live cells get `cell_closed`. Bounded; idempotent."""
+        self._closing = True
         if self._opened and self.alive:
+            self._connection.goodbye()  # a host that resumes frees the sessions at once
             self._flush()
             with trio.move_on_after(CLOSE_TIMEOUT):
                 await self._transport.close()
@@ -275,15 +349,23 @@ class HostLink:
         # keepalive), so only its silence tells. Lost: everything pending fails, it is killed.
         self._lost(f"code-mode host stopped answering: {reason}")
 
-    def _write_failed(self, error: BaseException) -> None:
-        self._lost(f"failed to write code-mode host message: {error}", error)
+    def _write_failed(self, writer: FrameWriter, error: BaseException) -> None:
+        if not self._cut(writer, f"failed to write: {error}"):
+            self._lost(f"failed to write code-mode host message: {error}", error)
 
-    async def _read(self, stdout: trio.abc.ReceiveStream) -> None:
+    async def _read(self, stdout: trio.abc.ReceiveStream, writer: FrameWriter) -> None:
         reader = ChunkReader(stdout, READ_CHUNK)
+        cut = False
         try:
             while True:
                 data = await reader.receive_some()
+                if writer is not self._writer:
+                    cut = True  # a stream let go of (rule 4)
+                    return
                 self._heartbeat.heard()
+                if not data and self._cut(writer, "the host closed the stream"):
+                    cut = True
+                    return
                 self._connection.receive_data(data)
                 self._pump()
                 if not self._connection.is_open:
@@ -291,10 +373,14 @@ class HostLink:
         except RemoteProtocolError as error:
             self._lost(f"failed to read code-mode host message: {error}", error)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
-            self._lost(f"failed to read code-mode host message: {error}", error)
+            cut = self._cut(writer, f"failed to read: {error}")
+            if not cut:
+                self._lost(f"failed to read code-mode host message: {error}", error)
         finally:
-            self._stdout_done.set()
-        self._lost(await self._transport.ended())  # rule 2: the exit status, once known
+            if not cut:
+                self._stdout_done.set()
+        if not cut:
+            self._lost(await self._transport.ended())  # rule 2: the exit status, once known
 
     def _pump(self) -> None:
         """Dispatch every event the connection has (also those a call produced locally)."""
@@ -333,6 +419,13 @@ class HostLink:
                 self._cells.close((session_id, cell_id), report)
             case HandshakeCompleted() | HandshakeRejected():
                 self._handshake.set(event)
+            case ConnectionResumed():
+                if self._resumer is not None:
+                    self._resumer.answered()
+            case ResumeFailed(reason=reason):
+                self._lost(reason)
+            case GoodbyeReceived():
+                self._closing = True  # the host is going on purpose: its end is the end
             case ConnectionEnded():
                 pass  # the reader saw EOF: it names the cause once the process exited
 

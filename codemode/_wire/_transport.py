@@ -15,6 +15,9 @@ Rules:
 3. What goes into the hello beside versions and capabilities (`codemode_version`, `token`)
    is the transport's: a spawned host of the same installation needs neither, and its frames
    are the same as before they existed.
+4. A transport that can reach its host again (`resumable`: a socket) lets the link resume a
+   cut connection: `reopen` lets go of the old streams and opens new ones (rule 1's errors).
+   A spawned host's pipes cannot be cut without the host going with them.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from collections.abc import Callable
 
 import trio
 
+from ..errors import HostLostError
+
 DRAIN_TIMEOUT = 1.0
 """Seconds to read what an exited host left in its stdout pipe (`HostLink` rule 2)."""
 CONNECT_TIMEOUT = 10.0
@@ -31,6 +36,11 @@ CONNECT_TIMEOUT = 10.0
 PARENT_VARIABLE = "CODEMODE_HOST_PARENT"
 """The environment variable naming the process a host it started dies with (the host watches
 that process: `host/__main__.py`, `host/_listen.py`)."""
+
+
+class NothingListeningError(HostLostError):
+    """`reopen` found nothing listening where the host was: it is gone, and a resume would
+    wait for nothing (rule 4)."""
 
 
 class HostTransport(abc.ABC):
@@ -42,6 +52,8 @@ class HostTransport(abc.ABC):
     """The host's shared secret, sent in the hello (None: not sent)."""
     closed_text: str = "code-mode host closed its stdout"
     """Why operations fail once the host's stream ended, before the reason is known."""
+    resumable: bool = False
+    """Rule 4: `reopen` can reach the same host again."""
 
     @abc.abstractmethod
     async def open(self) -> tuple[trio.abc.SendStream, trio.abc.ReceiveStream]:
@@ -50,6 +62,15 @@ class HostTransport(abc.ABC):
         Raises:
             HostLostError: the host cannot be started or reached.
         """
+
+    async def reopen(self) -> tuple[trio.abc.SendStream, trio.abc.ReceiveStream]:
+        """Rule 4: let go of the streams `open` (or the last `reopen`) gave and reach the host
+        again.
+
+        Raises:
+            HostLostError: the host cannot be reached (or the transport cannot reopen).
+        """
+        raise HostLostError("code-mode host transport cannot reconnect")
 
     @property
     def pid(self) -> int | None:

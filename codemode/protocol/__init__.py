@@ -21,6 +21,7 @@ from ._capabilities import KEPT_VALUES_CAPABILITY as KEPT_VALUES_CAPABILITY
 from ._capabilities import LIMITS_CAPABILITY as LIMITS_CAPABILITY
 from ._capabilities import PENDING_FRONTIER_CAPABILITY as PENDING_FRONTIER_CAPABILITY
 from ._capabilities import PROTOCOL_VERSION as PROTOCOL_VERSION
+from ._capabilities import RESUME_CAPABILITY as RESUME_CAPABILITY
 from ._capabilities import TRACE_CAPABILITY as TRACE_CAPABILITY
 from ._capabilities import WALL_TIME_CAPABILITY as WALL_TIME_CAPABILITY
 from ._capabilities import YIELD_CAPABILITY as YIELD_CAPABILITY
@@ -53,15 +54,19 @@ from ._events import CancelRequested as CancelRequested
 from ._events import CellEnded as CellEnded
 from ._events import ClientStatistics as ClientStatistics
 from ._events import ConnectionEnded as ConnectionEnded
+from ._events import ConnectionResumed as ConnectionResumed
 from ._events import DelegateAnswered as DelegateAnswered
 from ._events import DelegateCancelled as DelegateCancelled
 from ._events import DelegateRequested as DelegateRequested
+from ._events import GoodbyeReceived as GoodbyeReceived
 from ._events import HandshakeCompleted as HandshakeCompleted
 from ._events import HandshakeRejected as HandshakeRejected
 from ._events import HostStatistics as HostStatistics
 from ._events import InitialAnswered as InitialAnswered
 from ._events import PreemptRequested as PreemptRequested
 from ._events import RequestReceived as RequestReceived
+from ._events import ResumeFailed as ResumeFailed
+from ._events import ResumeRequested as ResumeRequested
 from ._events import StoredValuesCommitted as StoredValuesCommitted
 from ._messages import CellClosed as CellClosed
 from ._messages import CellList as CellList

@@ -47,6 +47,11 @@ approval) and `CellInfo.waiting_for_approval` in `session/cellList` (docs/govern
 KEPT_VALUES_CAPABILITY = "kept-stored-values"
 """Enables `session/open`'s `stored_values` and `keep_stored_values`, and `session/committed`
 (host -> client: what a cell of such a session committed), docs/durability.md."""
+RESUME_CAPABILITY = "connection-resume"
+"""Enables resuming a cut connection: `Ready`'s `resume_token` and `resume_grace_ms`,
+`connection/ack` both ways, `connection/resume` / `connection/resumed` on a new stream, and
+`connection/goodbye` (docs/protocol.md, "Resuming a cut connection"). A host offers it on a
+socket only (`codemode-host --listen`), a client only over a transport it can reconnect."""
 CAPABILITIES = (
     LIMITS_CAPABILITY,
     PENDING_FRONTIER_CAPABILITY,
@@ -59,6 +64,7 @@ CAPABILITIES = (
     WALL_TIME_CAPABILITY,
     BUDGET_CAPABILITY,
     KEPT_VALUES_CAPABILITY,
+    RESUME_CAPABILITY,
 )
 """Everything this version of codemode speaks, host and client alike."""
 

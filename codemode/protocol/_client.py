@@ -17,6 +17,10 @@ What it owns:
    answer too large for a frame becomes a `frame_limit` error for that call only.
 5. Local refusals: a second observer, or a second terminate in flight, is answered at once with
    the error the host would give, without a frame.
+6. Resume (`RESUME_CAPABILITY`, `_replay.py`): after a cut, `begin_resume` starts the new
+   stream with `connection/resume`; until the host's answer (`ConnectionResumed`, or
+   `ResumeFailed`) nothing else is sent, and operations made meanwhile are numbered and kept
+   for the replay. `goodbye` says the client is closing on purpose; the host's is an event.
 """
 
 from __future__ import annotations
@@ -39,11 +43,21 @@ from .._api import (
 )
 from ..errors import InvalidRequestError
 from ..observability._report import CellReport, TraceContext
-from ._capabilities import APPROVAL_CAPABILITY, TRACE_CAPABILITY
+from ._capabilities import APPROVAL_CAPABILITY, RESUME_CAPABILITY, TRACE_CAPABILITY
 from ._cells import CellBook
 from ._cellview import CellView
 from ._codec import FrameTooLargeError
-from ._connection_messages import Ping, Pong, Ready, Rejected
+from ._connection_messages import (
+    Ack,
+    Goodbye,
+    Ping,
+    Pong,
+    Ready,
+    Rejected,
+    Resume,
+    Resumed,
+    describe_rejection,
+)
 from ._endpoint import Endpoint
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._events import (
@@ -51,11 +65,14 @@ from ._events import (
     CellEnded,
     ClientStatistics,
     ConnectionEnded,
+    ConnectionResumed,
     DelegateCancelled,
     DelegateRequested,
+    GoodbyeReceived,
     HandshakeCompleted,
     HandshakeRejected,
     InitialAnswered,
+    ResumeFailed,
     StoredValuesCommitted,
 )
 from ._handshake import checked_ready, client_hello
@@ -102,6 +119,9 @@ ClientEvent = (
     | DelegateCancelled
     | CellEnded
     | StoredValuesCommitted
+    | ConnectionResumed
+    | ResumeFailed
+    | GoodbyeReceived
     | ConnectionEnded
 )
 HostResult = Ok[HostResponse] | Err
@@ -137,6 +157,11 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         required, optional = tuple(required_capabilities), tuple(optional_capabilities)
         self._offered = {*required, *optional}
         self._queue(client_hello(required, optional, codemode_version, token))
+        self.resume_token: str | None = None
+        """The secret that resumes this connection once (rule 6): never log it."""
+        self.resume_grace: float | None = None
+        """Seconds the host keeps this connection's sessions after a cut (None: no resume)."""
+        self._resuming = False
 
     # ---- bytes -----------------------------------------------------------------------------
 
@@ -347,6 +372,9 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         if self._handshaking:
             self._receive_handshake(message)
             return
+        if self._resuming:
+            self._receive_resumed(message)
+            return
         match message:
             case OperationResponse(id=request_id, result=result):
                 self._on_response(request_id, result)
@@ -368,6 +396,12 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
                 raise RemoteProtocolError("code-mode host sent a second handshake response")
             case Ping() | Pong():
                 self._heartbeat(message)
+            case Ack():
+                self._acknowledged(message)
+            case Goodbye():
+                self._said_goodbye()
+            case Resumed():
+                raise RemoteProtocolError("code-mode host sent connection/resumed unasked")
 
     def _receive_handshake(self, message: HostMessage) -> None:
         if isinstance(message, Rejected):
@@ -378,7 +412,45 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         self._move(ConnectionTrigger.READY)
         self.capabilities = frozenset(ready.capabilities)
         self.admission = ready.admission
+        if RESUME_CAPABILITY in self.capabilities:
+            if ready.resume_token is None or ready.resume_grace_ms is None:
+                raise RemoteProtocolError("code-mode host selected resume without a token")
+            self.resume_token = ready.resume_token
+            self.resume_grace = ready.resume_grace_ms / 1000
+            self._start_replay()
         self._events.append(HandshakeCompleted(capabilities=self.capabilities))
+
+    # ---- resume (rule 6) -------------------------------------------------------------------
+
+    def begin_resume(self) -> None:
+        """The stream was cut: queue `connection/resume` for the next one (call `suspend`
+        first, when the cut is noticed; operations may be made in between)."""
+        assert self._replay is not None
+        assert self.resume_token is not None
+        self._resuming = True
+        self._outgoing = bytearray()  # a resume attempt before may have queued one
+        resume = Resume(token=self.resume_token, received=self._replay.received)
+        self._encoder.encode_into(resume, self._outgoing)
+
+    def _receive_resumed(self, message: HostMessage) -> None:
+        replay = self._replay
+        assert replay is not None
+        if isinstance(message, Rejected):
+            self._events.append(ResumeFailed(reason=describe_rejection(message.reason)))
+            return
+        if not isinstance(message, Resumed):
+            raise RemoteProtocolError(
+                f"code-mode host answered a resume with {type(message).__name__}"
+            )
+        if not replay.can_replay_to(message.received):
+            raise RemoteProtocolError(
+                f"code-mode host resumed having received {message.received} frames;"
+                f" {replay.sent} were sent"
+            )
+        self._resuming = False
+        self.resume_token = message.token
+        replay.replay(message.received, self._outgoing)
+        self._events.append(ConnectionResumed())
 
     def _on_response(self, request_id: int, result: HostResult) -> None:
         if self._cells.wait_answered(request_id, result):

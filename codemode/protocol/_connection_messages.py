@@ -1,12 +1,14 @@
-"""The connection's own frames: the handshake (hello, ready, the refusals) and the heartbeat.
+"""The connection's own frames: the handshake (hello, ready, the refusals), the heartbeat, and
+the resume of a cut connection (acknowledgements, resume, goodbye).
 
 They belong to the connection, not to any session or request (`_messages` holds those and
-the unions of both directions).
+the unions of both directions). None of them is sequenced for a resume (`_replay`): they are
+about the stream they travel on.
 """
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from typing import Annotated, TypeAlias
 
 import msgspec
 
@@ -43,13 +45,23 @@ class Hello(_Message, tag="connection/hello", frozen=True, omit_defaults=True):
             )
 
 
+Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+"""A number of sequenced frames (`_replay`)."""
+
+
 class Ready(_Message, tag="connection/ready", frozen=True, omit_defaults=True):
     """The host's answer to a hello; `admission`: the limits it applies to this connection
-    (sent only by hosts that advertise them)."""
+    (sent only by hosts that advertise them).
+
+    With `RESUME_CAPABILITY`: `resume_token`, the secret that resumes this connection once
+    (never logged), and `resume_grace_ms`, how long the host keeps a cut connection's sessions.
+    """
 
     selected_version: int
     capabilities: list[str]
     admission: AdmissionLimits | None = None
+    resume_token: str | None = None
+    resume_grace_ms: Count | None = None
 
     def __post_init__(self) -> None:
         _check_versions([self.selected_version])
@@ -88,8 +100,20 @@ class VersionMismatch(_Message, tag="versionMismatch", frozen=True):
     client_version: str | None
 
 
+class ResumeRefused(_Message, tag="resumeRefused", frozen=True):
+    """A `connection/resume` the host cannot honour: an unknown or spent token (its grace
+    ended, or it was presented before), or counts that do not match what the host holds."""
+
+    message: str
+
+
 RejectReason: TypeAlias = (
-    NoCompatibleVersion | MissingRequiredCapability | InvalidHello | Unauthorized | VersionMismatch
+    NoCompatibleVersion
+    | MissingRequiredCapability
+    | InvalidHello
+    | Unauthorized
+    | VersionMismatch
+    | ResumeRefused
 )
 
 
@@ -99,6 +123,8 @@ def describe_rejection(reason: RejectReason) -> str:
     match reason:
         case Unauthorized(message=message):
             return f"{prefix}: {message}"
+        case ResumeRefused(message=message):
+            return f"code-mode host refused to resume the connection: {message}"
         case VersionMismatch(host_version=host, client_version=client):
             return (
                 f"{prefix}: the host runs codemode {host} and this client codemode"
@@ -117,3 +143,34 @@ class Ping(_Message, tag="connection/ping", frozen=True):
 
 class Pong(_Message, tag="connection/pong", frozen=True):
     """The answer to a `Ping`."""
+
+
+class Ack(_Message, tag="connection/ack", frozen=True):
+    """Both ways, with `RESUME_CAPABILITY`: this side received `received` sequenced frames;
+    the peer may forget them (it keeps the others to replay after a cut)."""
+
+    received: Count
+
+
+class Resume(_Message, tag="connection/resume", frozen=True):
+    """The first frame of a new connection that continues a cut one, instead of a hello:
+    the token the host gave (in `Ready` or the last `Resumed`) and how many sequenced frames
+    the client received. Nothing else is sent until the answer."""
+
+    token: str
+    received: Count
+
+
+class Resumed(_Message, tag="connection/resumed", frozen=True):
+    """The host's answer to a `Resume`: how many sequenced frames it received, and the token
+    of the next resume (the one presented is spent). Each side then replays the frames the
+    other did not receive, in order."""
+
+    received: Count
+    token: str
+
+
+class Goodbye(_Message, tag="connection/goodbye", frozen=True):
+    """Either side, with `RESUME_CAPABILITY`: it ends the connection on purpose, so the end
+    of the stream that follows is the end (the host frees the sessions at once; the client
+    does not try to resume)."""

@@ -7,6 +7,11 @@ any exception while an event is made moves it to ERROR, after which every call r
 `LocalProtocolError` (h11's rule, enforced here rather than by each adapter). A connection
 subclass says what a received message means (`_receive`, which appends events), what to make of
 a frame that does not decode (`_undecodable`) and queues its own frames (`_queue`).
+
+With `RESUME_CAPABILITY` the endpoint also keeps its `ReplayBook` (`_replay.py`): it numbers
+and keeps the frames it queues, counts the ones it receives and acknowledges them, and on a cut
+(`suspend`) drops the partial frame and what was queued for the dead stream. The frames about
+the stream itself (`_queue_control`: ping, pong, ack, goodbye) are neither numbered nor kept.
 """
 
 from __future__ import annotations
@@ -14,12 +19,28 @@ from __future__ import annotations
 import collections
 from typing import Generic, TypeVar
 
-from ._capabilities import HEARTBEAT_CAPABILITY
+from ._capabilities import HEARTBEAT_CAPABILITY, RESUME_CAPABILITY
 from ._codec import NEED_DATA, FrameDecodeError, FrameDecoder, FrameEncoder, NeedData
-from ._connection_messages import Ping, Pong
+from ._connection_messages import (
+    Ack,
+    Goodbye,
+    Hello,
+    Ping,
+    Pong,
+    Ready,
+    Rejected,
+    Resume,
+    Resumed,
+)
 from ._errors import LocalProtocolError, RemoteProtocolError
-from ._events import ConnectionEnded
+from ._events import ConnectionEnded, GoodbyeReceived
+from ._replay import ReplayBook
 from ._states import CONNECTION, ConnectionState, ConnectionTrigger
+
+_UNSEQUENCED: frozenset[type] = frozenset(
+    {Ack, Goodbye, Hello, Ping, Pong, Ready, Rejected, Resume, Resumed}
+)
+"""The frames about the stream itself: never numbered for a replay (`_replay.py`)."""
 
 M = TypeVar("M")
 """The messages this side receives."""
@@ -32,7 +53,10 @@ class Endpoint(Generic[M, E]):
 
     def __init__(self, incoming: object) -> None:
         self._encoder = FrameEncoder()
+        self._incoming = incoming
         self._decoder: FrameDecoder[M] = FrameDecoder(incoming)  # type: ignore[arg-type]
+        self._replay: ReplayBook | None = None
+        """With `RESUME_CAPABILITY`, from the handshake on (`_start_replay`)."""
         self._outgoing = bytearray()
         self._events: collections.deque[E | ConnectionEnded] = collections.deque()
         self._state = ConnectionState.HANDSHAKING
@@ -57,14 +81,41 @@ class Endpoint(Generic[M, E]):
         """True from construction until the connection ended, failed or was refused."""
         return self._open
 
+    @property
+    def resumable(self) -> bool:
+        """Both ends agreed on `RESUME_CAPABILITY`: a cut stream can be resumed."""
+        return self._replay is not None
+
+    @property
+    def unacknowledged(self) -> tuple[int, int]:
+        """Frames kept for a replay and their bytes ((0, 0) without resume)."""
+        return (0, 0) if self._replay is None else self._replay.unacknowledged
+
     def ping(self) -> bool:
         """Queue `connection/ping` when both ends agreed on heartbeats and the connection is
         open; False (nothing queued) otherwise. The peer answers with `connection/pong`; any
-        frame from it shows it is alive (the adapter times that)."""
+        frame from it shows it is alive (the adapter times that). With resume, an
+        acknowledgement of what arrived since the last one goes first."""
         if self._state is not ConnectionState.OPEN or HEARTBEAT_CAPABILITY not in self.capabilities:
             return False
-        self._queue(Ping())
+        if self._replay is not None and (ack := self._replay.ack()) is not None:
+            self._queue_control(ack)
+        self._queue_control(Ping())
         return True
+
+    def suspend(self) -> None:
+        """The stream was cut and the connection is to be resumed on another: drop the
+        partial frame received and whatever was queued for the dead stream (the replay book
+        keeps every sequenced frame). Operations stay allowed meanwhile.
+
+        Raises:
+            LocalProtocolError: resume was not negotiated, or the connection is not open.
+        """
+        if self._replay is None or self._state is not ConnectionState.OPEN:
+            raise LocalProtocolError("code-mode connection cannot be resumed")
+        self._decoder = FrameDecoder(self._incoming)  # type: ignore[arg-type]
+        self._outgoing = bytearray()
+        self._replay.detach()
 
     def _heartbeat(self, message: Ping | Pong) -> None:
         """A ping is answered at once; a pong needs nothing (its bytes were the answer)."""
@@ -73,7 +124,31 @@ class Endpoint(Generic[M, E]):
                 f"{type(message).__name__.lower()} without the `{HEARTBEAT_CAPABILITY}` capability"
             )
         if isinstance(message, Ping):
-            self._queue(Pong())
+            self._queue_control(Pong())
+
+    def goodbye(self) -> None:
+        """This side ends the connection on purpose: queue `connection/goodbye` (with resume
+        only, while a stream is attached)."""
+        if self._replay is not None and self._state is ConnectionState.OPEN:
+            self._queue_control(Goodbye())
+
+    def _said_goodbye(self) -> None:
+        if self._replay is None:
+            raise RemoteProtocolError(
+                f"connection/goodbye without the `{RESUME_CAPABILITY}` capability"
+            )
+        self._events.append(GoodbyeReceived())  # type: ignore[arg-type]
+
+    def _acknowledged(self, message: Ack) -> None:
+        if self._replay is None:
+            raise RemoteProtocolError(
+                f"connection/ack without the `{RESUME_CAPABILITY}` capability"
+            )
+        self._replay.acknowledged(message.received)
+
+    def _start_replay(self) -> None:
+        """The handshake selected resume: number every frame from now on."""
+        self._replay = ReplayBook(self._encoder)
 
     def send_failed(self) -> None:
         """The adapter could not write what this connection queued: it is broken (ERROR)."""
@@ -129,6 +204,14 @@ class Endpoint(Generic[M, E]):
                         raise RemoteProtocolError("EOF inside a code-mode IPC frame")
                     self._move(ConnectionTrigger.ENDED)
                     return ConnectionEnded()
+                replay = self._replay
+                if (
+                    replay is not None
+                    and type(message) not in _UNSEQUENCED
+                    and replay.received_one()
+                    and (ack := replay.ack()) is not None
+                ):
+                    self._queue_control(ack)
                 self._receive(message)
             return self._events.popleft()
         except RemoteProtocolError as error:
@@ -166,4 +249,14 @@ class Endpoint(Generic[M, E]):
         raise NotImplementedError
 
     def _queue(self, message: object) -> None:
-        self._encoder.encode_into(message, self._outgoing)
+        """Queue a frame of the protocol (numbered and kept, with resume)."""
+        if self._replay is None:
+            self._encoder.encode_into(message, self._outgoing)
+        else:
+            self._replay.queue(message, self._outgoing)
+
+    def _queue_control(self, message: object) -> None:
+        """Queue a frame about the stream itself: never numbered, dropped while no stream is
+        attached (the next stream has its own)."""
+        if self._replay is None or self._replay.attached:
+            self._encoder.encode_into(message, self._outgoing)

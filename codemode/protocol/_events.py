@@ -132,6 +132,30 @@ class ApprovalWaiting(_Event, frozen=True):
     waiting: bool
 
 
+class ResumeRequested(_Event, frozen=True):
+    """Host: a new stream's first frame asks to resume a cut connection (instead of a hello).
+    The adapter finds the connection `token` names and hands it the stream, or refuses
+    (`HostConnection.refuse_resume`). The token is a secret: never log this event."""
+
+    token: str
+    received: int
+
+
+class GoodbyeReceived(_Event, frozen=True):
+    """The peer ends the connection on purpose: the end of its stream is the end (the host
+    frees the client's sessions at once; the client does not try to resume)."""
+
+
+class ConnectionResumed(_Event, frozen=True):
+    """Client: the host took the resume; the frames it missed are queued again."""
+
+
+class ResumeFailed(_Event, frozen=True):
+    """Client: the host refused the resume (`reason`, its text); the connection is lost."""
+
+    reason: str
+
+
 class ConnectionEnded(_Event, frozen=True):
     """The peer closed its side at a frame boundary."""
 

@@ -36,11 +36,16 @@ What it owns (design.md, host 3, 4.1 and 5):
    shared host their cells (docs/protocol.md).
 10. The connection's state and each session's go through `_states.CONNECTION` and
    `_states.SESSION`; after a protocol error every call raises `LocalProtocolError`.
+11. Resume (`RESUME_CAPABILITY`, `_replay.py`): the ready carries a token and the grace; a new
+   stream whose first frame is `connection/resume` is an event (`ResumeRequested`) the adapter
+   answers on the connection the token names (`resume`, which spends the token and replays) or
+   on the new one (`refuse_resume`). A goodbye is an event (`GoodbyeReceived`).
 """
 
 from __future__ import annotations
 
 import hmac
+import secrets
 from collections.abc import Iterable
 
 from .._api import AdmissionLimits, Pending, RuntimeResponse
@@ -50,12 +55,15 @@ from ._capabilities import (
     APPROVAL_CAPABILITY,
     CAPABILITIES,
     PROTOCOL_VERSION,
+    RESUME_CAPABILITY,
     TRACE_CAPABILITY,
     YIELD_CAPABILITY,
     missing_capability,
 )
 from ._codec import FrameDecodeError, FrameTooLargeError
 from ._connection_messages import (
+    Ack,
+    Goodbye,
     Hello,
     InvalidHello,
     MissingRequiredCapability,
@@ -65,6 +73,9 @@ from ._connection_messages import (
     Ready,
     Rejected,
     RejectReason,
+    Resume,
+    Resumed,
+    ResumeRefused,
     Unauthorized,
     VersionMismatch,
 )
@@ -75,11 +86,13 @@ from ._events import (
     CancelRequested,
     ConnectionEnded,
     DelegateAnswered,
+    GoodbyeReceived,
     HandshakeCompleted,
     HandshakeRejected,
     HostStatistics,
     PreemptRequested,
     RequestReceived,
+    ResumeRequested,
 )
 from ._messages import (
     CellClosed,
@@ -117,6 +130,8 @@ from ._states import ConnectionState, ConnectionTrigger, SessionBook, SessionSta
 HostEvent = (
     HandshakeCompleted
     | HandshakeRejected
+    | ResumeRequested
+    | GoodbyeReceived
     | RequestReceived
     | CancelRequested
     | PreemptRequested
@@ -158,6 +173,8 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
             connection enforces `max_requests_in_flight` (rule 7), the runtime the others.
         token: the shared secret a hello must carry (None: none is required; rule 8).
         codemode_version: the version a hello must name (None: not checked; rule 8).
+        resume_grace: seconds a cut connection's sessions are kept for a resume, advertised
+            with `RESUME_CAPABILITY` (rule 11).
     """
 
     def __init__(
@@ -167,8 +184,12 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
         admission: AdmissionLimits | None = None,
         token: str | None = None,
         codemode_version: str | None = None,
+        resume_grace: float = 30.0,
     ) -> None:
         self._supported = frozenset(supported_capabilities)
+        self._resume_grace_ms = round(resume_grace * 1000)
+        self.resume_token: str | None = None
+        """The secret that resumes this connection once (rule 11): never log it."""
         self._token = token
         self._codemode_version = codemode_version
         self.admission = admission or AdmissionLimits()
@@ -333,10 +354,14 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
                     )
                 if call_id in self._calls:  # an answered or cancelled call's is ignored
                     self._events.append(ApprovalWaiting(call_id=call_id, waiting=waiting))
-            case Hello():
+            case Hello() | Resume():
                 raise RemoteProtocolError("received a second code-mode client hello")
             case Ping() | Pong():
                 self._heartbeat(message)
+            case Ack():
+                self._acknowledged(message)
+            case Goodbye():
+                self._said_goodbye()
 
     def _undecodable(self, error: FrameDecodeError) -> None:
         """Rule 9: after the handshake, a request or a delegate answer whose body does not
@@ -359,6 +384,9 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
             self._events.append(DelegateAnswered(call_id=message_id, result=_invalid(text)))
 
     def _handshake(self, message: ClientMessage) -> None:
+        if isinstance(message, Resume):
+            self._events.append(ResumeRequested(token=message.token, received=message.received))
+            return
         if not isinstance(message, Hello):
             self._reject(InvalidHello(message="first message must be connection/hello"))
             return
@@ -376,14 +404,41 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
                 return
         self._move(ConnectionTrigger.READY)
         self.capabilities = offered
+        resumable = RESUME_CAPABILITY in offered
+        if resumable:
+            self.resume_token = secrets.token_urlsafe(32)
         self._queue(
             Ready(
                 selected_version=PROTOCOL_VERSION,
                 capabilities=sorted(offered),
                 admission=self.admission,
+                resume_token=self.resume_token,
+                resume_grace_ms=self._resume_grace_ms if resumable else None,
             )
         )
+        if resumable:
+            self._start_replay()
         self._events.append(HandshakeCompleted(capabilities=offered))
+
+    # ---- resume (rule 11) ------------------------------------------------------------------
+
+    def resume(self, received: int) -> bool:
+        """Continue this suspended connection on a new stream whose client received
+        `received` frames: queue `connection/resumed` (with the next token; the one presented
+        is spent) and every frame the client did not receive. False (nothing queued): the
+        count does not match what this side kept."""
+        replay = self._replay
+        if replay is None or not replay.can_replay_to(received):
+            return False
+        self.resume_token = secrets.token_urlsafe(32)
+        resumed = Resumed(received=replay.received, token=self.resume_token)
+        self._encoder.encode_into(resumed, self._outgoing)
+        replay.replay(received, self._outgoing)
+        return True
+
+    def refuse_resume(self, message: str) -> None:
+        """Refuse the resume this new connection asked for (`ResumeRequested`); it ends."""
+        self._reject(ResumeRefused(message=message))
 
     def _admit_client(self, hello: Hello) -> Unauthorized | VersionMismatch | None:
         """Rule 8: the token, then the codemode version."""

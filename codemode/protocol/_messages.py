@@ -12,6 +12,7 @@ this module holds the requests, answers and reverse calls, and the unions of eac
     host -> client   Ready, Rejected, OperationResponse, InitialResponse, DelegateRequest,
                      DelegateCancel, CellClosed
     both ways        Ping, Pong (with the heartbeat capability)
+    resume           Ack, Goodbye both ways; Resume (client); Resumed (host)
 
 Rules (design.md, host 2.2; pinned by `invalid_protocol_states_cannot_be_constructed_or_decoded`):
 1. Invalid states cannot be built nor decoded: an empty session id, a version below 1, an empty
@@ -41,7 +42,17 @@ from .._api import (
 )
 from ..errors import ErrorKind
 from ..observability._report import CellReport, TraceContext
-from ._connection_messages import Hello, Ping, Pong, Ready, Rejected
+from ._connection_messages import (
+    Ack,
+    Goodbye,
+    Hello,
+    Ping,
+    Pong,
+    Ready,
+    Rejected,
+    Resume,
+    Resumed,
+)
 from ._message_base import Message as _Message
 from ._message_base import RequestId
 from ._message_base import check_id as _check_id
@@ -331,6 +342,9 @@ class CellClosed(_Message, tag="cell/closed", frozen=True, omit_defaults=True):
 
 ClientMessage: TypeAlias = (
     Hello
+    | Resume
+    | Goodbye
+    | Ack
     | OperationRequest
     | OperationCancel
     | OperationYield
@@ -341,6 +355,9 @@ ClientMessage: TypeAlias = (
 )
 HostMessage: TypeAlias = (
     Ready
+    | Resumed
+    | Goodbye
+    | Ack
     | Rejected
     | OperationResponse
     | InitialResponse

@@ -11,6 +11,8 @@ Rules:
    reached raises `HostLostError` naming the address, never the token.
 2. The socket is closed without a graceful TLS close: by the time a link is reaped its
    sessions are shut down or lost, and a host that vanished must not hold the reaper.
+3. A cut connection is reached again on the same address (`reopen`): the link resumes it. A
+   refused connect there (nothing listens) is `NothingListeningError`: the host is gone.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from importlib.metadata import PackageNotFoundError, version
 import trio
 
 from .._trio._sockets import HostAddress, connect
-from .._wire import CONNECT_TIMEOUT, HostTransport
+from .._wire import CONNECT_TIMEOUT, HostTransport, NothingListeningError
 from ..errors import HostLostError
 
 
@@ -47,6 +49,7 @@ class SocketHost(HostTransport):
     """
 
     closed_text = "code-mode host closed the connection"
+    resumable = True
 
     def __init__(
         self,
@@ -78,9 +81,31 @@ class SocketHost(HostTransport):
             raise HostLostError(f"{where}: {error.strerror or error}") from error
         return stream, stream
 
+    async def reopen(self) -> tuple[trio.abc.SendStream, trio.abc.ReceiveStream]:
+        await self.reap()
+        try:
+            return await self.open()
+        except HostLostError as error:
+            if _refused(error):
+                raise NothingListeningError(str(error)) from error
+            raise
+
     def describe(self, reason: str) -> str:
         return f"{reason} ({self.address})"
 
     async def reap(self) -> None:
         if self._stream is not None:
             await trio.aclose_forcefully(self._stream)  # rule 2
+
+
+def _refused(error: BaseException) -> bool:
+    """Nothing listens at the address (a refused TCP connect, a Unix socket's file gone):
+    the host is gone, not the network path to it."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError | FileNotFoundError):
+            return True
+        if isinstance(seen, BaseExceptionGroup):
+            return any(_refused(inner) for inner in seen.exceptions)
+        seen = seen.__cause__
+    return False
