@@ -43,7 +43,8 @@ def _pair() -> tuple[ClientConnection, HostConnection]:
     host = HostConnection(supported_capabilities=CAPABILITIES, resume_grace=7.5)
     _deliver(client.data_to_send(), host)
     _deliver(host.data_to_send(), client)
-    assert client.resumable and host.resumable
+    assert client.resumable
+    assert host.resumable
     assert client.resume_token == host.resume_token is not None
     assert client.resume_grace == 7.5
     return client, host
@@ -93,7 +94,9 @@ def test_a_cut_mid_frame_both_ways_loses_and_repeats_nothing() -> None:
 def test_answers_queued_for_a_dead_stream_are_replayed_once() -> None:
     client, host = _pair()
     _open(client, host)
-    execute_id = client.execute("s", ExecuteRequest(tool_call_id="t", source="text(1)", enabled_tools=[]))
+    execute_id = client.execute(
+        "s", ExecuteRequest(tool_call_id="t", source="text(1)", enabled_tools=[])
+    )
     (received,) = _deliver(client.data_to_send(), host)
     assert isinstance(received, RequestReceived)
     host.respond(execute_id, Ok(value=ExecutionStarted(cell_id="c1")))
@@ -168,6 +171,3 @@ def test_a_host_without_the_capability_gives_no_token() -> None:
     _deliver(host.data_to_send(), client)
     assert not client.resumable
     assert client.resume_token is None
-
-
-

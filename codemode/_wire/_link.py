@@ -25,7 +25,9 @@ Rules:
    transport that can reconnect): the link reconnects with a backoff until the host's grace
    ends, presents its token, and both sides replay what the other missed (`_resume.py`).
    Operations made meanwhile are queued; nothing reaches the application. A refused or
-   expired resume is a loss (rule 1). A host that stops answering while its stream stays open
+   expired resume is a loss (rule 1), and what was in flight or queued then fails with
+   `RuntimeReplacedError` (its kept-values text for a session that keeps them), as the
+   session's next operation would have said. A host that stops answering while its stream stays open
    is a loss too (the heartbeat): a resume covers a cut, not a silent host. `aclose()` says
    goodbye first, so the host frees the sessions at once.
 """
@@ -49,7 +51,7 @@ from .._trio import (
     OneShot,
     open_service_nursery,
 )
-from ..errors import HostLostError
+from ..errors import RUNTIME_REPLACED_KEPT, CodeModeError, HostLostError, RuntimeReplacedError
 from ..observability import TraceContext
 from ..protocol import (
     CAPABILITIES,
@@ -144,6 +146,8 @@ class HostLink:
         self._writer: FrameWriter | None = None
         self._heartbeat = Heartbeat()
         self._resumer: Resumer | None = None
+        self._not_resumed = False
+        self._announced: set[str] = set()
         self._handshake: OneShot[HandshakeCompleted | HandshakeRejected | None] = OneShot()
         # Slots of the callers awaiting answers, with the session each request was for.
         self._answers: dict[int, tuple[OneShot[HostResult | HostLostError], str]] = {}
@@ -288,6 +292,17 @@ class HostLink:
         """The resumer reached the host again: queue the resume for the new stream."""
         self._connection.begin_resume()
 
+    def resume_failed(self, reason: str) -> None:
+        """The cut connection could not be resumed: lost, and what was in flight or queued
+        fails with `RuntimeReplacedError` (rule 4)."""
+        self._not_resumed = True
+        self._lost(reason)
+
+    def announced_replacement(self, session_id: str) -> bool:
+        """An operation of the session already raised `RuntimeReplacedError` for this link's
+        loss (its next generation need not say it again)."""
+        return session_id in self._announced
+
     def resumed(self) -> None:
         """The resumer is done: the host took the resume (rule 4)."""
         self._resumer = None
@@ -423,7 +438,7 @@ class HostLink:
                 if self._resumer is not None:
                     self._resumer.answered()
             case ResumeFailed(reason=reason):
-                self._lost(reason)
+                self.resume_failed(reason)
             case GoodbyeReceived():
                 self._closing = True  # the host is going on purpose: its end is the end
             case ConnectionEnded():
@@ -479,8 +494,19 @@ class HostLink:
             self._retire(request_id, slot)
             raise
         if isinstance(answer, HostLostError):
-            raise answer
+            raise self._failure_of(session_id, answer)
         return answer
+
+    def _failure_of(self, session_id: str, failure: HostLostError) -> CodeModeError:
+        """What an operation of the session in flight at the loss raises: the loss, or, when
+        a cut connection could not be resumed, that the runtime was replaced (rule 4)."""
+        if not self._not_resumed:
+            return failure
+        self._announced.add(session_id)
+        kept = session_id in self._commit_sinks
+        replaced = RuntimeReplacedError(RUNTIME_REPLACED_KEPT) if kept else RuntimeReplacedError()
+        replaced.__cause__ = failure
+        return replaced
 
     async def open_session(
         self,
@@ -544,6 +570,8 @@ class HostLink:
             orphaned = self._connection.held_initials().get(request_id)  # it arrived first
         if orphaned is not None:
             return orphaned
+        if self.failure is not None:
+            raise self._failure_of(session_id, self.failure)
         await self._checked()
         self._connection.take_initial(request_id)
         result: InitialResult = await self._answer_of(self._initials, request_id, session_id)

@@ -68,7 +68,7 @@ class Resumer:
         attempts = 0
         while self._link.failure is None:
             if trio.current_time() >= deadline:
-                self._link.abort(
+                self._link.resume_failed(
                     f"code-mode host connection was cut ({self._reason}) and could not be"
                     f" resumed within the host's grace of {self._grace:g} s"
                     f" ({attempts} attempts)"
@@ -89,7 +89,7 @@ class Resumer:
             with trio.fail_at(deadline):
                 send, receive = await self._transport.reopen()
         except NothingListeningError as error:
-            self._link.abort(f"code-mode host connection was cut ({self._reason}): {error}")
+            self._link.resume_failed(f"code-mode host connection was cut ({self._reason}): {error}")
             return False
         except (HostLostError, trio.TooSlowError) as error:
             logger.debug("resuming the code-mode host connection: %s", error)
@@ -102,7 +102,7 @@ class Resumer:
         with trio.move_on_at(min(deadline, trio.current_time() + ANSWER_TIMEOUT)) as timer:
             await self._outcome.wait()
         if timer.cancelled_caught and self._link.failure is None:
-            self._link.abort(  # rule 2
+            self._link.resume_failed(  # rule 2
                 "code-mode host stopped answering: it accepted a new connection but did not"
                 f" answer the resume within {ANSWER_TIMEOUT:g} s"
             )

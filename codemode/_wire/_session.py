@@ -197,10 +197,12 @@ class WireSession:
                 if announce and generation != self._generation:
                     raise self._replaced()
                 return binding
+            announced = False
             if binding is not None:
                 self._retired.append(binding)
                 self._binding = None
-            replaced = self._generation > 0
+                announced = binding.link.announced_replacement(binding.session_id)
+            replaced = self._generation > 0 and not announced
             binding = await self._provider.place(self, self._open_on)
             if announce and replaced:
                 raise self._replaced()

@@ -33,6 +33,8 @@ from ._codec import FrameEncoder as FrameEncoder
 from ._codec import FrameLengthError as FrameLengthError
 from ._codec import FrameTooLargeError as FrameTooLargeError
 from ._codec import NeedData as NeedData
+from ._connection_messages import Ack as Ack
+from ._connection_messages import Goodbye as Goodbye
 from ._connection_messages import Hello as Hello
 from ._connection_messages import InvalidHello as InvalidHello
 from ._connection_messages import MissingRequiredCapability as MissingRequiredCapability
@@ -42,6 +44,9 @@ from ._connection_messages import Pong as Pong
 from ._connection_messages import Ready as Ready
 from ._connection_messages import Rejected as Rejected
 from ._connection_messages import RejectReason as RejectReason
+from ._connection_messages import Resume as Resume
+from ._connection_messages import Resumed as Resumed
+from ._connection_messages import ResumeRefused as ResumeRefused
 from ._connection_messages import Unauthorized as Unauthorized
 from ._connection_messages import VersionMismatch as VersionMismatch
 from ._connection_messages import describe_rejection as describe_rejection
