@@ -142,7 +142,7 @@ def test_any_exception_inside_next_event_poisons_the_connection(
     def broken(*args: object) -> None:
         raise KeyError("a bug on this side")
 
-    monkeypatch.setattr(pair.client, "_on_opened", broken)
+    monkeypatch.setattr(pair.client._operations, "_on_opened", broken)
     pair.host.respond(rid, Ok(value=SessionReady(session_id="t")))
     pair.client.receive_data(pair.host.data_to_send())
     with pytest.raises(KeyError):

@@ -57,6 +57,7 @@ from ._events import Answered as Answered
 from ._events import ApprovalWaiting as ApprovalWaiting
 from ._events import CancelRequested as CancelRequested
 from ._events import CellEnded as CellEnded
+from ._events import ClientEvent as ClientEvent
 from ._events import ClientStatistics as ClientStatistics
 from ._events import ConnectionEnded as ConnectionEnded
 from ._events import ConnectionResumed as ConnectionResumed
@@ -66,6 +67,7 @@ from ._events import DelegateRequested as DelegateRequested
 from ._events import GoodbyeReceived as GoodbyeReceived
 from ._events import HandshakeCompleted as HandshakeCompleted
 from ._events import HandshakeRejected as HandshakeRejected
+from ._events import HostEvent as HostEvent
 from ._events import HostStatistics as HostStatistics
 from ._events import InitialAnswered as InitialAnswered
 from ._events import PreemptRequested as PreemptRequested
@@ -115,18 +117,16 @@ from ._statetable import StateTable as StateTable
 
 if TYPE_CHECKING:
     from ._client import ClientConnection as ClientConnection
-    from ._client import ClientEvent as ClientEvent
     from ._host import HostConnection as HostConnection
-    from ._host import HostEvent as HostEvent
 
 
 def __getattr__(name: str) -> object:
     # Each side loads only its own connection: the host starts faster without the client's.
-    if name in {"ClientConnection", "ClientEvent"}:
+    if name == "ClientConnection":
         from . import _client
 
         return getattr(_client, name)
-    if name in {"HostConnection", "HostEvent"}:
+    if name == "HostConnection":
         from . import _host
 
         return getattr(_host, name)

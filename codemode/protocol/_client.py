@@ -26,9 +26,6 @@ What it owns:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import assert_never
-
-import msgspec
 
 from .._api import (
     AdmissionLimits,
@@ -41,12 +38,10 @@ from .._api import (
     Terminated,
     Yielded,
 )
-from ..errors import InvalidRequestError
 from ..observability._report import CellReport, TraceContext
 from ._capabilities import APPROVAL_CAPABILITY, RESUME_CAPABILITY, TRACE_CAPABILITY
 from ._cells import CellBook
 from ._cellview import CellView
-from ._codec import FrameTooLargeError
 from ._connection_messages import (
     Ack,
     Goodbye,
@@ -61,24 +56,18 @@ from ._connection_messages import (
 from ._endpoint import Endpoint
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._events import (
-    Answered,
     CellEnded,
+    ClientEvent,
     ClientStatistics,
-    ConnectionEnded,
     ConnectionResumed,
-    DelegateCancelled,
-    DelegateRequested,
-    GoodbyeReceived,
     HandshakeCompleted,
     HandshakeRejected,
-    InitialAnswered,
     ResumeFailed,
     StoredValuesCommitted,
 )
 from ._handshake import checked_ready, client_hello
 from ._messages import (
     CellClosed,
-    CellList,
     DelegateCancel,
     DelegateRequest,
     Err,
@@ -87,43 +76,24 @@ from ._messages import (
     ExecutionStarted,
     GetUsage,
     HostMessage,
-    HostRequest,
     HostResponse,
     InitialResponse,
     ListCells,
     Ok,
     OpenSession,
     OperationCancel,
-    OperationRequest,
     OperationResponse,
     OperationYield,
-    SessionClosed,
     SessionCommitted,
     SessionReady,
-    ShutdownSession,
     Terminate,
     ToolInvoke,
-    UsageReport,
     WaitCompleted,
 )
-from ._operations import Kind, PendingOperation
+from ._operations import Kind, OperationBook
 from ._reverse import DelegateResult, ReverseCalls
-from ._states import ConnectionState, ConnectionTrigger, SessionBook, SessionState, SessionTrigger
+from ._states import ConnectionState, ConnectionTrigger, SessionBook, SessionState
 
-ClientEvent = (
-    HandshakeCompleted
-    | HandshakeRejected
-    | Answered
-    | InitialAnswered
-    | DelegateRequested
-    | DelegateCancelled
-    | CellEnded
-    | StoredValuesCommitted
-    | ConnectionResumed
-    | ResumeFailed
-    | GoodbyeReceived
-    | ConnectionEnded
-)
 HostResult = Ok[HostResponse] | Err
 InitialResult = Ok[RuntimeResponse | Pending] | Err
 
@@ -149,11 +119,10 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         super().__init__(HostMessage)
         self.admission: AdmissionLimits | None = None
         """The limits the host advertised in `connection/ready` (None: it did not)."""
-        self._next_id = 1
-        self._pending: dict[int, PendingOperation] = {}
         self._sessions = SessionBook()
         self._cells = CellBook(self._events, self._queue)  # type: ignore[arg-type]
         self._calls = ReverseCalls(self._events, self._queue, self._cells)  # type: ignore[arg-type]
+        self._operations = OperationBook(self._events, self._queue, self._sessions, self._cells)
         required, optional = tuple(required_capabilities), tuple(optional_capabilities)
         self._offered = {*required, *optional}
         self._queue(client_hello(required, optional, codemode_version, token))
@@ -168,7 +137,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
     def statistics(self) -> ClientStatistics:
         """Counts of what the connection holds (for leak checks and capacity)."""
         return ClientStatistics(
-            requests=len(self._pending),
+            requests=len(self._operations.pending),
             observations=len(self._cells.observations),
             cells=len(self._cells.cells),
             calls=len(self._calls),
@@ -186,7 +155,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         self._move(ConnectionTrigger.ENDED)
         self._events.clear()
         live = [key for key, view in self._cells.cells.items() if not view.closed]
-        self._pending.clear()
+        self._operations.pending.clear()
         self._cells.observations.clear()
         self._cells.cells.clear()
         self._calls.clear()
@@ -218,7 +187,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
             keep_stored_values=keep_stored_values,
             stored_values=stored_values,
         )
-        return self._request(Kind.OPEN, request)
+        return self._operations.request(Kind.OPEN, request)
 
     def execute(
         self,
@@ -238,9 +207,9 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         trace = self._traceable(trace)
         if to_pending:
             frontier = ExecuteToPending(session_id=session_id, request=request, trace=trace)
-            return self._request(Kind.EXECUTE_TO_PENDING, frontier)
+            return self._operations.request(Kind.EXECUTE_TO_PENDING, frontier)
         execute = Execute(session_id=session_id, request=request, trace=trace)
-        return self._request(Kind.EXECUTE, execute)
+        return self._operations.request(Kind.EXECUTE, execute)
 
     def _traceable(self, trace: TraceContext | None) -> TraceContext | None:
         """`trace` if the host negotiated the trace context (the capability rule), else None."""
@@ -268,7 +237,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         or answer it from parked output, or defer it behind a retired observation; returns
         its request id. `trace` goes with it if the host takes it."""
         self._check_session(session_id)
-        request_id = self._new_id()
+        request_id = self._operations.new_id()
         frontier = yield_time_ms is None
         window = 0 if yield_time_ms is None else yield_time_ms
         trace = self._traceable(trace)
@@ -286,33 +255,33 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         """The caller of execute `request_id` went away after the cell started, before it
         returned the cell's id: terminate the cell (design.md, design 4, the cancellation rule)."""
         if not self._closed:
-            self._abandon_cell(request_id, session_id, cell_id, cancelled=True)
+            self._operations.abandon_cell(request_id, session_id, cell_id, cancelled=True)
 
     def terminate(self, session_id: str, cell_id: str) -> int:
         """Queue `session/terminate` (or answer it from a parked completion, or refuse a
         second one)."""
         self._check_session(session_id)
-        request_id = self._new_id()
+        request_id = self._operations.new_id()
         if not self._cells.terminate_now(request_id, session_id, cell_id):
             terminate = Terminate(session_id=session_id, cell_id=cell_id)
-            self._request(Kind.TERMINATE, terminate, request_id=request_id)
+            self._operations.request(Kind.TERMINATE, terminate, request_id=request_id)
         return request_id
 
     def shutdown_session(self, session_id: str) -> int:
         """Queue `session/shutdown`; every `cell/closed` of the session precedes its answer."""
         self._check_session(session_id)
-        return self._shut_down(session_id)
+        return self._operations.shut_down(session_id)
 
     def cells(self, session_id: str) -> int:
         """Queue `session/cells`: the session's live cells, answered with a `CellList`."""
         self._check_session(session_id)
-        return self._request(Kind.CELLS, ListCells(session_id=session_id))
+        return self._operations.request(Kind.CELLS, ListCells(session_id=session_id))
 
     def usage(self, session_id: str) -> int:
         """Queue `session/usage`: what the session used of its budgets, answered with a
         `UsageReport`."""
         self._check_session(session_id)
-        return self._request(Kind.USAGE, GetUsage(session_id=session_id))
+        return self._operations.request(Kind.USAGE, GetUsage(session_id=session_id))
 
     def cancel(self, request_id: int) -> None:
         """The caller of `request_id` went away (rule 3). Unknown or answered ids are ignored;
@@ -320,7 +289,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         open, terminate or shutdown is still an event (nobody may be waiting for it)."""
         if self._closed:
             return
-        pending = self._pending.get(request_id)
+        pending = self._operations.pending.get(request_id)
         if pending is not None:
             pending.abandoned = True
             if pending.kind in (Kind.EXECUTE, Kind.EXECUTE_TO_PENDING):
@@ -339,9 +308,9 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
             return
         value = result.value
         if isinstance(value, ExecutionStarted):
-            self._abandon_cell(request_id, session_id, value.cell_id, cancelled=False)
+            self._operations.abandon_cell(request_id, session_id, value.cell_id, cancelled=False)
         elif isinstance(value, SessionReady):
-            self._shut_down(session_id, internal=True)
+            self._operations.shut_down(session_id, internal=True)
         elif isinstance(value, WaitCompleted):
             if isinstance(value.outcome, LiveCell):
                 self._cells.take_back(session_id, value.outcome.response)
@@ -377,7 +346,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
             return
         match message:
             case OperationResponse(id=request_id, result=result):
-                self._on_response(request_id, result)
+                self._operations.answered(request_id, result)
             case InitialResponse(id=request_id, result=initial):
                 self._cells.initial_answered(request_id, initial)
             case DelegateRequest():
@@ -452,101 +421,6 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         replay.replay(message.received, self._outgoing)
         self._events.append(ConnectionResumed())
 
-    def _on_response(self, request_id: int, result: HostResult) -> None:
-        if self._cells.wait_answered(request_id, result):
-            return
-        pending = self._pending.pop(request_id, None)
-        if pending is None:
-            raise RemoteProtocolError(f"code-mode host returned unknown request ID {request_id}")
-        # A match, not a dict of handlers: building one per response hashed six enum members
-        # (a Python-level `__hash__` each).
-        match pending.kind:
-            case Kind.OPEN:
-                self._on_opened(request_id, pending, result)
-            case Kind.EXECUTE | Kind.EXECUTE_TO_PENDING:
-                self._on_started(request_id, pending, result)
-            case Kind.TERMINATE:
-                self._on_terminated(request_id, pending, result)
-            case Kind.SHUTDOWN:
-                self._on_session_closed(request_id, pending, result)
-            case Kind.CELLS:
-                self._on_cells(request_id, pending, result)
-            case Kind.USAGE:
-                self._on_usage(request_id, pending, result)
-            case _:
-                assert_never(pending.kind)
-
-    def _on_opened(self, request_id: int, pending: PendingOperation, result: HostResult) -> None:
-        session_id = pending.session_id
-        if isinstance(result, Err):
-            self._sessions.move(session_id, SessionTrigger.REFUSED)
-        elif not isinstance(result.value, SessionReady) or result.value.session_id != session_id:
-            raise RemoteProtocolError("code-mode host returned an invalid open-session response")
-        else:
-            self._sessions.move(session_id, SessionTrigger.READY)
-            if pending.abandoned:
-                # Its caller went away: nobody will ever use or shut down this session.
-                self._shut_down(session_id, internal=True)
-        self._events.append(Answered(request_id=request_id, result=result))
-
-    def _on_started(self, request_id: int, pending: PendingOperation, result: HostResult) -> None:
-        if isinstance(result, Err):
-            self._events.append(Answered(request_id=request_id, result=result))
-            return
-        if not isinstance(result.value, ExecutionStarted):
-            raise RemoteProtocolError("code-mode host returned an invalid execute response")
-        frontier = pending.kind is Kind.EXECUTE_TO_PENDING
-        self._cells.admit(pending.session_id, result.value.cell_id, request_id, frontier=frontier)
-        if pending.abandoned:
-            # The caller never learned the cell id: the cell must not run unobserved forever
-            # (design.md, design 4, the cancellation rule). Its initial observation was
-            # cancelled with it.
-            self._abandon_cell(request_id, pending.session_id, result.value.cell_id, cancelled=True)
-        # Also when abandoned: the adapter still owes the cell its delegate and `cell_closed`.
-        self._events.append(Answered(request_id=request_id, result=Ok(value=result.value)))
-
-    def _abandon_cell(
-        self, request_id: int, session_id: str, cell_id: str, *, cancelled: bool
-    ) -> None:
-        """Terminate a cell whose caller never learned its id; its initial observation is
-        retired (`cancelled`: its execute's `operation/cancel` was sent already)."""
-        self._cells.release_initial(request_id, cancel=not cancelled)
-        terminating = self._new_id()
-        if not self._cells.terminate_now(terminating, session_id, cell_id):
-            terminate = Terminate(session_id=session_id, cell_id=cell_id)
-            self._request(Kind.TERMINATE, terminate, internal=True, request_id=terminating)
-
-    def _on_terminated(
-        self, request_id: int, pending: PendingOperation, result: HostResult
-    ) -> None:
-        result = self._cells.terminated(request_id, pending.session_id, pending.cell_id, result)
-        if not pending.internal:
-            self._events.append(Answered(request_id=request_id, result=result))
-
-    def _on_session_closed(
-        self, request_id: int, pending: PendingOperation, result: HostResult
-    ) -> None:
-        session_id = pending.session_id
-        if isinstance(result, Ok) and (
-            not isinstance(result.value, SessionClosed) or result.value.session_id != session_id
-        ):
-            raise RemoteProtocolError("code-mode host returned an invalid shutdown response")
-        if session_id in self._sessions:
-            self._sessions.move(session_id, SessionTrigger.CLOSED)
-        self._cells.forget_session(session_id)
-        if not pending.internal:
-            self._events.append(Answered(request_id=request_id, result=result))
-
-    def _on_cells(self, request_id: int, pending: PendingOperation, result: HostResult) -> None:
-        if isinstance(result, Ok) and not isinstance(result.value, CellList):
-            raise RemoteProtocolError("code-mode host returned an invalid cell list response")
-        self._events.append(Answered(request_id=request_id, result=result))
-
-    def _on_usage(self, request_id: int, pending: PendingOperation, result: HostResult) -> None:
-        if isinstance(result, Ok) and not isinstance(result.value, UsageReport):
-            raise RemoteProtocolError("code-mode host returned an invalid usage response")
-        self._events.append(Answered(request_id=request_id, result=result))
-
     def _on_delegate_request(self, message: DelegateRequest) -> None:
         request = message.request
         cell_id = request.invocation.cell_id if isinstance(request, ToolInvoke) else request.cell_id
@@ -574,49 +448,7 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
             )
         return view
 
-    # ---- helpers ---------------------------------------------------------------------------
-
-    def _new_id(self) -> int:
-        request_id = self._next_id
-        self._next_id += 1
-        return request_id
-
-    def _request(
-        self,
-        kind: Kind,
-        request: HostRequest,
-        *,
-        internal: bool = False,
-        request_id: int | None = None,
-    ) -> int:
-        request_id = self._new_id() if request_id is None else request_id
-        cell_id = request.cell_id if isinstance(request, Terminate) else ""
-        pending = PendingOperation(kind, request.session_id, cell_id, internal=internal)
-        try:
-            self._queue(OperationRequest(id=request_id, request=request))
-        except (
-            FrameTooLargeError,
-            TypeError,
-            ValueError,
-            OverflowError,
-            msgspec.EncodeError,
-        ) as error:
-            if kind is Kind.OPEN:
-                self._sessions.forget(pending.session_id)
-            if isinstance(error, FrameTooLargeError):
-                raise
-            # A value the sessions' checks leave to the encoder (a schema's contents): the
-            # application's mistake, named as such, and nothing was queued.
-            raise InvalidRequestError(f"invalid code-mode request: {error}") from None
-        self._pending[request_id] = pending
-        return request_id
-
-    def _shut_down(self, session_id: str, *, internal: bool = False) -> int:
-        """Queue `session/shutdown` (a second one goes too: the host answers it)."""
-        if self._sessions.get(session_id) is SessionState.OPEN:
-            self._sessions.move(session_id, SessionTrigger.SHUTDOWN)
-        request = ShutdownSession(session_id=session_id)
-        return self._request(Kind.SHUTDOWN, request, internal=internal)
+    # ---- checks ----------------------------------------------------------------------------
 
     def _check_usable(self) -> None:
         if self._open and not self._handshaking:

@@ -160,6 +160,34 @@ class ConnectionEnded(_Event, frozen=True):
     """The peer closed its side at a frame boundary."""
 
 
+ClientEvent = (  # what `ClientConnection.next_event` hands out
+    HandshakeCompleted
+    | HandshakeRejected
+    | Answered
+    | InitialAnswered
+    | DelegateRequested
+    | DelegateCancelled
+    | CellEnded
+    | StoredValuesCommitted
+    | ConnectionResumed
+    | ResumeFailed
+    | GoodbyeReceived
+    | ConnectionEnded
+)
+HostEvent = (  # what `HostConnection.next_event` hands out
+    HandshakeCompleted
+    | HandshakeRejected
+    | ResumeRequested
+    | GoodbyeReceived
+    | RequestReceived
+    | CancelRequested
+    | PreemptRequested
+    | DelegateAnswered
+    | ApprovalWaiting
+    | ConnectionEnded
+)
+
+
 class ClientStatistics(msgspec.Struct, frozen=True, kw_only=True):
     """What a client connection holds (design.md, style 11): each count falls back to 0 when nothing
     is in flight, whatever ran before.

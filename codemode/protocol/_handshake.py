@@ -1,15 +1,24 @@
-"""The client's half of the handshake: the hello it sends and the checks of the host's answer.
+"""The handshake's checks, both halves: the hello a client sends and its checks of the host's
+answer; the host's answer to a hello (rules 1 and 8 of `_host.py`).
 
-Pure functions of the messages (the host's half is `HostConnection._handshake`, which owns the
-refusals).
+Pure functions of the messages: the connections queue what they decide and move their states.
 """
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Collection
 
 from ._capabilities import PROTOCOL_VERSION
-from ._connection_messages import Hello, Ready
+from ._connection_messages import (
+    Hello,
+    MissingRequiredCapability,
+    NoCompatibleVersion,
+    Ready,
+    RejectReason,
+    Unauthorized,
+    VersionMismatch,
+)
 from ._errors import RemoteProtocolError
 from ._messages import HostMessage
 
@@ -47,3 +56,25 @@ def checked_ready(message: HostMessage, offered: Collection[str]) -> Ready:
             f"code-mode host selected capabilities the client did not offer: {sorted(unknown)}"
         )
     return message
+
+
+def answer_hello(
+    hello: Hello, supported: frozenset[str], token: str | None, codemode_version: str | None
+) -> frozenset[str] | RejectReason:
+    """The capabilities a host selects for `hello`, or why it refuses it: the shared secret
+    (compared in constant time; the text never holds a token), then the codemode version,
+    then the protocol version and the required capabilities."""
+    if token is not None:
+        if hello.token is None:
+            return Unauthorized(message="the host requires a token and the client sent none")
+        if not hmac.compare_digest(hello.token.encode(errors="replace"), token.encode()):
+            return Unauthorized(message="the client's token is wrong")
+    if codemode_version is not None and hello.codemode_version != codemode_version:
+        return VersionMismatch(host_version=codemode_version, client_version=hello.codemode_version)
+    if PROTOCOL_VERSION not in hello.supported_versions:
+        return NoCompatibleVersion(supported_versions=[PROTOCOL_VERSION])
+    offered = supported & {*hello.required_capabilities, *hello.optional_capabilities}
+    for capability in hello.required_capabilities:
+        if capability not in offered:
+            return MissingRequiredCapability(capability=capability)
+    return offered

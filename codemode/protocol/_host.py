@@ -36,15 +36,12 @@ What it owns (design.md, host 3, 4.1 and 5):
    shared host their cells (docs/protocol.md).
 10. The connection's state and each session's go through `_states.CONNECTION` and
    `_states.SESSION`; after a protocol error every call raises `LocalProtocolError`.
-11. Resume (`RESUME_CAPABILITY`, `_replay.py`): the ready carries a token and the grace; a new
-   stream whose first frame is `connection/resume` is an event (`ResumeRequested`) the adapter
-   answers on the connection the token names (`resume`, which spends the token and replays) or
-   on the new one (`refuse_resume`). A goodbye is an event (`GoodbyeReceived`).
+11. Resume (`_replay.py`): a new stream's `connection/resume` is an event (`ResumeRequested`)
+   the adapter answers on the connection its token names (`resume`) or here (`refuse_resume`).
 """
 
 from __future__ import annotations
 
-import hmac
 import secrets
 from collections.abc import Iterable
 
@@ -66,8 +63,6 @@ from ._connection_messages import (
     Goodbye,
     Hello,
     InvalidHello,
-    MissingRequiredCapability,
-    NoCompatibleVersion,
     Ping,
     Pong,
     Ready,
@@ -76,24 +71,22 @@ from ._connection_messages import (
     Resume,
     Resumed,
     ResumeRefused,
-    Unauthorized,
-    VersionMismatch,
 )
 from ._endpoint import Endpoint
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._events import (
     ApprovalWaiting,
     CancelRequested,
-    ConnectionEnded,
     DelegateAnswered,
-    GoodbyeReceived,
     HandshakeCompleted,
     HandshakeRejected,
+    HostEvent,
     HostStatistics,
     PreemptRequested,
     RequestReceived,
     ResumeRequested,
 )
+from ._handshake import answer_hello
 from ._messages import (
     CellClosed,
     ClientMessage,
@@ -124,44 +117,9 @@ from ._messages import (
     WaitToPending,
 )
 from ._recent import RecentIds, RecentNumbers
+from ._routes import Route
 from ._salvage import salvage
 from ._states import ConnectionState, ConnectionTrigger, SessionBook, SessionState, SessionTrigger
-
-HostEvent = (
-    HandshakeCompleted
-    | HandshakeRejected
-    | ResumeRequested
-    | GoodbyeReceived
-    | RequestReceived
-    | CancelRequested
-    | PreemptRequested
-    | DelegateAnswered
-    | ApprovalWaiting
-    | ConnectionEnded
-)
-
-
-class _Route:
-    """One cell's frames: its execute's id, and what is held back until its initial response."""
-
-    __slots__ = (
-        "calls",
-        "cell_id",
-        "closed",
-        "execute_id",
-        "initial_sent",
-        "report",
-        "session_id",
-    )
-
-    def __init__(self, session_id: str, cell_id: str, execute_id: int) -> None:
-        self.session_id = session_id
-        self.cell_id = cell_id
-        self.execute_id = execute_id
-        self.initial_sent = False
-        self.closed = False
-        self.calls: set[int] = set()
-        self.report: CellReport | None = None  # sent with `cell/closed`
 
 
 class HostConnection(Endpoint[ClientMessage, HostEvent]):
@@ -198,10 +156,10 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
         self._finished = RecentNumbers()
         self._sessions = SessionBook()
         self._closed_sessions = RecentIds()
-        self._routes: dict[tuple[str, str], _Route] = {}
-        self._routes_of: dict[str, set[_Route]] = {}
+        self._routes: dict[tuple[str, str], Route] = {}
+        self._routes_of: dict[str, set[Route]] = {}
         self._held_closes: dict[str, int] = {}
-        self._calls: dict[int, _Route] = {}
+        self._calls: dict[int, Route] = {}
         self._next_call = 1
 
     # ---- bytes -----------------------------------------------------------------------------
@@ -390,18 +348,10 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
         if not isinstance(message, Hello):
             self._reject(InvalidHello(message="first message must be connection/hello"))
             return
-        refusal = self._admit_client(message)
-        if refusal is not None:
-            self._reject(refusal)
+        offered = answer_hello(message, self._supported, self._token, self._codemode_version)
+        if not isinstance(offered, frozenset):
+            self._reject(offered)
             return
-        if PROTOCOL_VERSION not in message.supported_versions:
-            self._reject(NoCompatibleVersion(supported_versions=[PROTOCOL_VERSION]))
-            return
-        offered = self._supported & {*message.required_capabilities, *message.optional_capabilities}
-        for capability in message.required_capabilities:
-            if capability not in offered:
-                self._reject(MissingRequiredCapability(capability=capability))
-                return
         self._move(ConnectionTrigger.READY)
         self.capabilities = offered
         resumable = RESUME_CAPABILITY in offered
@@ -439,19 +389,6 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
     def refuse_resume(self, message: str) -> None:
         """Refuse the resume this new connection asked for (`ResumeRequested`); it ends."""
         self._reject(ResumeRefused(message=message))
-
-    def _admit_client(self, hello: Hello) -> Unauthorized | VersionMismatch | None:
-        """Rule 8: the token, then the codemode version."""
-        if self._token is not None:
-            if hello.token is None:
-                return Unauthorized(message="the host requires a token and the client sent none")
-            expected = self._token.encode()
-            if not hmac.compare_digest(hello.token.encode(errors="replace"), expected):
-                return Unauthorized(message="the client's token is wrong")
-        version = self._codemode_version
-        if version is not None and hello.codemode_version != version:
-            return VersionMismatch(host_version=version, client_version=hello.codemode_version)
-        return None
 
     def _reject(self, reason: RejectReason) -> None:
         self._queue(Rejected(reason=reason))
@@ -512,12 +449,12 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
         key = (session_id, cell_id)
         if key in self._routes:
             raise LocalProtocolError(f"code-mode cell {cell_id} of {session_id} is already open")
-        route = _Route(session_id, cell_id, request_id)
+        route = Route(session_id, cell_id, request_id)
         self._routes[key] = route
         self._routes_of[session_id].add(route)
         self._send_response(request_id, Ok(value=ExecutionStarted(cell_id=cell_id)))
 
-    def _routes_of_request(self, request_id: int) -> list[_Route]:
+    def _routes_of_request(self, request_id: int) -> list[Route]:
         request = self._active.get(request_id)
         if not isinstance(request, Execute):
             return []
@@ -525,7 +462,7 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
             r for r in self._routes_of.get(request.session_id, ()) if r.execute_id == request_id
         ]
 
-    def _close_route(self, route: _Route) -> None:
+    def _close_route(self, route: Route) -> None:
         closed = CellClosed(session_id=route.session_id, cell_id=route.cell_id, report=route.report)
         self._queue(closed)
         del self._routes[(route.session_id, route.cell_id)]
