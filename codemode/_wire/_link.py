@@ -37,7 +37,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 import trio
 
@@ -51,7 +50,7 @@ from .._trio import (
     OneShot,
     open_service_nursery,
 )
-from ..errors import RUNTIME_REPLACED_KEPT, CodeModeError, HostLostError, RuntimeReplacedError
+from ..errors import HostLostError
 from ..observability import TraceContext
 from ..protocol import (
     CAPABILITIES,
@@ -67,12 +66,10 @@ from ..protocol import (
     ConnectionResumed,
     DelegateCancelled,
     DelegateRequested,
-    Err,
     ExecutionStarted,
     GoodbyeReceived,
     HandshakeCompleted,
     HandshakeRejected,
-    HostResponse,
     InitialAnswered,
     Ok,
     RemoteProtocolError,
@@ -82,6 +79,7 @@ from ..protocol import (
 )
 from ._delegates import ClientCell, ClientCells
 from ._resume import Resumer
+from ._slots import AnswerSlots, HostResult, InitialResult
 from ._transport import DRAIN_TIMEOUT, HostTransport
 
 # The process provider's logger, where the links have always logged (the remote provider's too).
@@ -91,9 +89,6 @@ HANDSHAKE_TIMEOUT = 10.0
 CLOSE_TIMEOUT = 5.0
 """Seconds a closing host has to exit after its stdin closed, before it is killed."""
 READ_CHUNK = 1 << 20
-
-HostResult = Ok[HostResponse] | Err
-InitialResult = Ok[Any] | Err
 
 
 class _Execute:
@@ -146,16 +141,12 @@ class HostLink:
         self._writer: FrameWriter | None = None
         self._heartbeat = Heartbeat()
         self._resumer: Resumer | None = None
-        self._not_resumed = False
-        self._announced: set[str] = set()
         self._handshake: OneShot[HandshakeCompleted | HandshakeRejected | None] = OneShot()
-        # Slots of the callers awaiting answers, with the session each request was for.
-        self._answers: dict[int, tuple[OneShot[HostResult | HostLostError], str]] = {}
-        self._initials: dict[int, tuple[OneShot[InitialResult | HostLostError], str]] = {}
         self._executes: dict[int, _Execute] = {}
         self._orphaned_initials: dict[int, InitialResult] = {}
         self._commit_sinks: dict[str, Callable[[dict[str, bytes]], None]] = {}
         self._cells = ClientCells(self._connection, self._flush, workers)
+        self._slots = AnswerSlots(self._connection, self._pump, self._commit_sinks.__contains__)
         self._stdout_done = trio.Event()
         self._ended = trio.Event()
         self._finished = trio.Event()
@@ -295,13 +286,13 @@ class HostLink:
     def resume_failed(self, reason: str) -> None:
         """The cut connection could not be resumed: lost, and what was in flight or queued
         fails with `RuntimeReplacedError` (rule 4)."""
-        self._not_resumed = True
+        self._slots.not_resumed = True
         self._lost(reason)
 
     def announced_replacement(self, session_id: str) -> bool:
         """An operation of the session already raised `RuntimeReplacedError` for this link's
         loss (its next generation need not say it again)."""
-        return session_id in self._announced
+        return self._slots.announced(session_id)
 
     def resumed(self) -> None:
         """The resumer is done: the host took the resume (rule 4)."""
@@ -340,9 +331,7 @@ class HostLink:
         self._orphaned_initials = self._connection.held_initials()
         self._connection.connection_lost()
         self._handshake.set(None)  # wakes a handshake in progress
-        for slots in (self._answers, self._initials):
-            for slot, _ in slots.values():
-                slot.set(failure)
+        self._slots.fail_all(failure)
         self._executes.clear()
         self._cells.close_all()
         self._transport.kill()
@@ -417,9 +406,9 @@ class HostLink:
                     wire_id = result.value.cell_id
                     public_id = context.public_id(wire_id)
                     self._cells.admit((context.session_id, wire_id), public_id, context.delegate)
-                self._deliver(self._answers.pop(request_id, None), request_id, result)
+                self._slots.deliver_answer(request_id, result)
             case InitialAnswered(request_id=request_id, result=initial):
-                self._deliver(self._initials.pop(request_id, None), request_id, initial)
+                self._slots.deliver_initial(request_id, initial)
             case DelegateRequested():
                 if not self._cells.start_call(event):
                     # The connection knows the cell and we do not: a bug here, not the host's.
@@ -444,20 +433,6 @@ class HostLink:
             case ConnectionEnded():
                 pass  # the reader saw EOF: it names the cause once the process exited
 
-    def _deliver(
-        self,
-        waiter: tuple[OneShot[Any], str] | None,
-        request_id: int,
-        result: HostResult | InitialResult,
-    ) -> None:
-        """Hand an answer to its caller; one whose caller was cancelled meanwhile goes back to
-        the connection at once, before any later frame is read (nothing is lost)."""
-        if waiter is None:
-            return
-        slot, session_id = waiter
-        if not slot.set(result):
-            self._connection.undelivered(request_id, session_id, result)
-
     # ---- operations ------------------------------------------------------------------------
 
     def _check(self) -> None:
@@ -474,39 +449,6 @@ class HostLink:
             with trio.move_on_after(CLOSE_TIMEOUT):
                 await self._ended.wait()
         self._check()
-
-    async def _await(self, request_id: int, session_id: str) -> HostResult:
-        result: HostResult = await self._answer_of(self._answers, request_id, session_id)
-        return result
-
-    async def _answer_of(
-        self, slots: dict[int, tuple[OneShot[Any], str]], request_id: int, session_id: str
-    ) -> Any:
-        """Await the answer of `request_id` in one of the slot books; a cancelled caller
-        retires the request (`_retire`)."""
-        slot: OneShot[Any] = OneShot()
-        slots[request_id] = (slot, session_id)
-        self._pump()
-        try:
-            answer = await slot.get()
-        except BaseException:
-            slots.pop(request_id, None)
-            self._retire(request_id, slot)
-            raise
-        if isinstance(answer, HostLostError):
-            raise self._failure_of(session_id, answer)
-        return answer
-
-    def _failure_of(self, session_id: str, failure: HostLostError) -> CodeModeError:
-        """What an operation of the session in flight at the loss raises: the loss, or, when
-        a cut connection could not be resumed, that the runtime was replaced (rule 4)."""
-        if not self._not_resumed:
-            return failure
-        self._announced.add(session_id)
-        kept = session_id in self._commit_sinks
-        replaced = RuntimeReplacedError(RUNTIME_REPLACED_KEPT) if kept else RuntimeReplacedError()
-        replaced.__cause__ = failure
-        return replaced
 
     async def open_session(
         self,
@@ -529,7 +471,7 @@ class HostLink:
         )
         if on_commit is not None:
             self._commit_sinks[session_id] = on_commit
-        return await self._await(request_id, session_id)
+        return await self._slots.answer(request_id, session_id)
 
     async def execute(
         self,
@@ -554,14 +496,7 @@ class HostLink:
             session_id, request, to_pending=to_pending, trace=trace
         )
         self._executes[request_id] = _Execute(session_id, delegate, public_id)
-        return await self._await(request_id, session_id), request_id
-
-    def _retire(self, request_id: int, slot: OneShot[Any]) -> None:
-        """The caller of `request_id` went away before its answer: retire the request (an
-        answer that arrives later is refused by the slot and taken back by `_deliver`)."""
-        if self.alive and not slot.is_set():
-            self._connection.cancel(request_id)
-            self._pump()
+        return await self._slots.answer(request_id, session_id), request_id
 
     async def initial_response(self, request_id: int, session_id: str) -> InitialResult:
         """Take and await the initial response of execute `request_id` (cancelled: retired)."""
@@ -571,10 +506,10 @@ class HostLink:
         if orphaned is not None:
             return orphaned
         if self.failure is not None:
-            raise self._failure_of(session_id, self.failure)
+            raise self._slots.failure_of(session_id, self.failure)
         await self._checked()
         self._connection.take_initial(request_id)
-        result: InitialResult = await self._answer_of(self._initials, request_id, session_id)
+        result = await self._slots.initial(request_id, session_id)
         return result
 
     def release_initial(self, request_id: int) -> None:
@@ -598,7 +533,7 @@ class HostLink:
         """Observe a cell (`yield_time_ms` None: to its pending frontier; `trace`: the
         observation's span, for the host)."""
         await self._checked()
-        return await self._await(
+        return await self._slots.answer(
             self._connection.wait(session_id, cell_id, yield_time_ms, trace=trace), session_id
         )
 
@@ -609,22 +544,22 @@ class HostLink:
 
     async def terminate(self, session_id: str, cell_id: str) -> HostResult:
         await self._checked()
-        return await self._await(self._connection.terminate(session_id, cell_id), session_id)
+        return await self._slots.answer(self._connection.terminate(session_id, cell_id), session_id)
 
     async def shutdown_session(self, session_id: str) -> HostResult:
         await self._checked()
         self._commit_sinks.pop(session_id, None)
-        return await self._await(self._connection.shutdown_session(session_id), session_id)
+        return await self._slots.answer(self._connection.shutdown_session(session_id), session_id)
 
     async def cells(self, session_id: str) -> HostResult:
         """The session's live cells (`session/cells`), with the host's cell ids."""
         await self._checked()
-        return await self._await(self._connection.cells(session_id), session_id)
+        return await self._slots.answer(self._connection.cells(session_id), session_id)
 
     async def usage(self, session_id: str) -> HostResult:
         """What the session used of its budgets (`session/usage`)."""
         await self._checked()
-        return await self._await(self._connection.usage(session_id), session_id)
+        return await self._slots.answer(self._connection.usage(session_id), session_id)
 
     def cells_of(self, session_id: str) -> list[ClientCell]:
         """The session's cells that are live or closing (their `cell_closed` still to come)."""

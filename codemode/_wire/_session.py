@@ -26,7 +26,8 @@ Rules:
    that re-opens the session raises `RuntimeReplacedError`, once, and so does every operation
    that was waiting for that re-opening; later operations run on the new connection. If no
    host takes the session, the operation fails (`HostLostError`, `AdmissionError`) and the
-   replacement is still owed to the next one. Only the opening is retried (by the strategy),
+   replacement is still owed to the next one. When a cut connection could not be resumed, the
+   operations in flight raise it already (`_slots.py`, rule 2): the re-opening is then silent. Only the opening is retried (by the strategy),
    never established work.
 6. A session created with `keep_stored_values=True` keeps a copy of what its cells committed
    (the host sends each commit, `session/committed`); its next generation opens with that
@@ -157,6 +158,8 @@ class WireSession:
         self._binding: Binding | None = None
         self._retired: list[Binding] = []
         self._generation = 0
+        self._told = 0
+        """The generation whose replacement an operation in flight already announced."""
         self._shutdown = RunOnce()
         self._bind_lock = trio.Lock()
         self._terminating: set[str] = set()
@@ -194,15 +197,15 @@ class WireSession:
             announce = self._provider.announces_replacement or self._kept is not None
             if binding is not None and binding.link.alive:
                 # Another operation re-opened the session while this one waited (rule 5).
-                if announce and generation != self._generation:
+                if announce and generation not in (self._generation, self._told):
                     raise self._replaced()
                 return binding
-            announced = False
             if binding is not None:
                 self._retired.append(binding)
                 self._binding = None
-                announced = binding.link.announced_replacement(binding.session_id)
-            replaced = self._generation > 0 and not announced
+                if binding.link.announced_replacement(binding.session_id):
+                    self._told = self._generation  # an operation in flight said it already
+            replaced = self._generation > 0 and self._told != self._generation
             binding = await self._provider.place(self, self._open_on)
             if announce and replaced:
                 raise self._replaced()
