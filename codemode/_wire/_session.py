@@ -27,8 +27,8 @@ Rules:
    that was waiting for that re-opening; later operations run on the new connection. If no
    host takes the session, the operation fails (`HostLostError`, `AdmissionError`) and the
    replacement is still owed to the next one. When a cut connection could not be resumed, the
-   operations in flight raise it already (`_slots.py`, rule 2): the re-opening is then silent. Only the opening is retried (by the strategy),
-   never established work.
+   operations in flight raise it already (`_slots.py`, rule 2): the re-opening is then silent.
+   Only the opening is retried (by the strategy), never established work.
 6. A session created with `keep_stored_values=True` keeps a copy of what its cells committed
    (the host sends each commit, `session/committed`); its next generation opens with that
    copy, and its re-opening is always announced, with `RUNTIME_REPLACED_KEPT` (running cells
