@@ -9,9 +9,11 @@ exactly once, no `RuntimeReplacedError` within the grace, and exactly one per se
 from __future__ import annotations
 
 import random
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 import trio
@@ -41,6 +43,7 @@ from codemode.protocol import (
     Resumed,
     ResumeRefused,
 )
+from tests.certificates import self_signed
 from tests.cutting_proxy import CuttingProxy, cutting_proxy
 from tests.delegates import RecordingDelegate
 from tests.frames import receive_message
@@ -86,6 +89,7 @@ async def test_a_cut_during_a_wait_loses_nothing() -> None:
             proxy.cut()  # the execute's initial observation is waiting on the host
             delegate.release.set()
             assert texts(await started.initial_response()) == ["before", "after"]
+            assert delegate.cancelled_tools == []  # the cut cancelled nothing
             assert proxy.cuts == 1
             assert proxy.accepted == 2  # one resume
             assert len(delegate.invocations) == 1
@@ -109,6 +113,7 @@ async def test_a_cut_during_a_tool_call_runs_it_once() -> None:
             )
             assert texts(response) == ['{"value":"answered"}']
             assert len(delegate.invocations) == 1
+            assert delegate.cancelled_tools == []
 
 
 async def test_a_cut_inside_a_large_output_frame_loses_nothing() -> None:
@@ -276,3 +281,20 @@ async def test_lines_and_calls_survive_twenty_cuts_exactly_once() -> None:
             assert proxy.cuts == 20
     assert received == [str(i) for i in range(lines)], f"seed {seed}"
     assert calls == list(range(14, lines, 15)), f"seed {seed}"
+
+
+async def test_a_cut_tls_connection_resumes_with_a_new_tls_session(tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path)
+    options = ("--tls-cert", str(cert), "--tls-key", str(key))
+    with trio.fail_after(60):
+        async with listening_host(*options) as host, cutting_proxy(host.address) as proxy:
+            trusting = ssl.create_default_context(cafile=str(cert))
+            async with codemode.open_remote_provider(
+                [proxy.address], ssl_context=trusting
+            ) as provider:
+                session = await provider.create_session()
+                delegate = RecordingDelegate()
+                assert texts(await run(session, delegate, "store('k', 1); text('a')")) == ["a"]
+                proxy.cut()
+                assert texts(await run(session, delegate, "text(String(load('k')))")) == ["1"]
+                assert proxy.accepted == 2
