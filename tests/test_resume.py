@@ -208,6 +208,10 @@ async def test_a_resume_token_presented_twice_is_refused() -> None:
 ENCODER = FrameEncoder()
 
 
+def _decoder() -> FrameDecoder[HostMessage]:
+    return FrameDecoder(HostMessage)  # type: ignore[arg-type]
+
+
 def _tcp(address: str) -> tuple[str, int]:
     host, _, port = address.removeprefix("tcp://").rpartition(":")
     return host, int(port)
@@ -222,7 +226,7 @@ async def _hello(address: tuple[str, int]) -> tuple[trio.SocketStream, Ready]:
         codemode_version=version("codemode"),
     )
     await stream.send_all(ENCODER.encode(hello))
-    ready = await receive_message(stream, FrameDecoder(HostMessage))  # type: ignore[arg-type]
+    ready = await receive_message(stream, _decoder())
     assert isinstance(ready, Ready)
     return stream, ready
 
@@ -232,7 +236,7 @@ async def _ask(address: tuple[str, int], message: object) -> HostMessage | None:
     stream = await trio.open_tcp_stream(*address)
     try:
         await stream.send_all(ENCODER.encode(message))
-        return await receive_message(stream, FrameDecoder(HostMessage))  # type: ignore[arg-type]
+        return await receive_message(stream, _decoder())
     finally:
         await trio.aclose_forcefully(stream)
 
