@@ -59,6 +59,9 @@ class FrameWriter:
         self._wrote_in_pass = False
         self._hook = _EndOfPass(self)
         self._token: trio.lowlevel.TrioToken | None = None
+        self.finished = trio.Event()
+        """Set when `run` returned: after `close()`, everything queued before it was written
+        (or the stream failed)."""
 
     def flush(self) -> None:
         """The connection queued something: it leaves now if it is the pass's first write
@@ -98,6 +101,7 @@ class FrameWriter:
             await self._write_until_closed(on_failure)
         finally:
             trio.lowlevel.remove_instrument(self._hook)
+            self.finished.set()
 
     def _end_of_pass(self) -> None:
         """Send what was queued during the pass: at once if the pipe has room (rule 1), else

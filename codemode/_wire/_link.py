@@ -305,9 +305,13 @@ class HostLink:
         then end the link: its live cells get `cell_closed`. Bounded; idempotent."""
         self._closing = True
         if self._opened and self.alive:
+            writer = self._writer
             self._connection.goodbye()  # a host that resumes frees the sessions at once
             self._flush()
             with trio.move_on_after(CLOSE_TIMEOUT):
+                if writer is not None and self._connection.resumable:
+                    writer.close()  # the goodbye leaves before the stream closes (TLS too)
+                    await writer.finished.wait()
                 await self._transport.close()
         self._lost("code-mode host connection closed")
         if self._life is not None:
