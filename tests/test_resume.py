@@ -20,6 +20,7 @@ import trio
 
 import codemode
 from codemode import (
+    HostLostError,
     JsonValue,
     NestedToolCall,
     Pending,
@@ -28,6 +29,7 @@ from codemode import (
     WaitRequest,
     Yielded,
 )
+from codemode._trio import _heartbeat
 from codemode.errors import RUNTIME_REPLACED
 from codemode.protocol import (
     HEARTBEAT_CAPABILITY,
@@ -165,6 +167,24 @@ async def test_a_cut_longer_than_the_grace_replaces_the_runtime_once_per_session
             for session in sessions:  # once per session: the next generation just serves
                 response = await run(session, delegate, "text(String(load('k')))")
                 assert texts(response) == ["undefined"]
+
+
+async def test_a_stall_is_a_silent_host_not_a_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stalled path keeps both sockets open: the client's heartbeat declares the host lost
+    (a silent host is not resumed); the session's next operation says it was replaced."""
+    monkeypatch.setattr(_heartbeat, "HEARTBEAT_INTERVAL", 0.1)
+    with trio.fail_after(60):
+        async with behind_a_proxy("--resume-grace", "1") as (_, proxy, provider):
+            session = await provider.create_session()
+            delegate = RecordingDelegate()
+            started = await execute(session, delegate, "await new Promise(() => {})")
+            proxy.stall()
+            with pytest.raises(HostLostError, match="code-mode host stopped answering"):
+                await started.initial_response()
+            proxy.flow()
+            with pytest.raises(RuntimeReplacedError):
+                await run(session, delegate, "text(1)")
+            assert texts(await run(session, delegate, "text(2)")) == ["2"]
 
 
 async def test_goodbye_frees_the_connection_at_once() -> None:
