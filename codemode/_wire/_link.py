@@ -5,11 +5,10 @@ runs tasks, all in a nursery of its own that `run` opens (started with `nursery.
 handshake succeeded). Its streams come from a `HostTransport` (`_transport.py`): a spawned host
 process (`codemode.process`) or a socket to a listening host (`codemode.remote`).
 
-- the writer (`FrameWriter`) sends whatever the connection queued when the scheduler's pass
-  ends, in one write (the rest, if the pipe is full, through its task);
-- the reader feeds bytes to the connection and dispatches its events (`_pump`): answers land in
-  one-shot slots (one refused by a cancelled caller goes back to the connection at once),
-  reverse calls and cell closings go to the link's cells (`_delegates.ClientCells`);
+- the stream it is on (`_stream.py`: its writer, reader and heartbeat): the reader feeds bytes
+  to the connection, and the link dispatches its events (`_pump`): answers go to their
+  callers' slots (`_slots.py`), reverse calls and cell closings to the link's cells
+  (`_delegates.ClientCells`);
 - the transport's own tasks: for a spawned host, the supervisor waits for the process and
   stderr is forwarded from the moment of the spawn.
 
@@ -26,9 +25,8 @@ Rules:
    ends, presents its token, and both sides replay what the other missed (`_resume.py`).
    Operations made meanwhile are queued; nothing reaches the application. A refused or
    expired resume is a loss (rule 1), and what was in flight or queued then fails with
-   `RuntimeReplacedError` (its kept-values text for a session that keeps them), as the
-   session's next operation would have said. A host that stops answering while its stream stays open
-   is a loss too (the heartbeat): a resume covers a cut, not a silent host. `aclose()` says
+   `RuntimeReplacedError` (`_slots.py`). A host that stops answering on an open stream is a
+   loss too (the heartbeat): a resume covers a cut, not a silent host. `aclose()` says
    goodbye first, so the host frees the sessions at once.
 """
 
@@ -36,7 +34,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from functools import partial
 
 import trio
 
@@ -44,9 +41,6 @@ from .._api import AdmissionLimits, CellLimits, ExecuteRequest, SessionDelegate
 from .._trio import (
     CLEANUP_GRACE,
     CallWorkers,
-    ChunkReader,
-    FrameWriter,
-    Heartbeat,
     OneShot,
     open_service_nursery,
 )
@@ -80,6 +74,7 @@ from ..protocol import (
 from ._delegates import ClientCell, ClientCells
 from ._resume import Resumer
 from ._slots import AnswerSlots, HostResult, InitialResult
+from ._stream import LinkStream
 from ._transport import DRAIN_TIMEOUT, HostTransport
 
 # The process provider's logger, where the links have always logged (the remote provider's too).
@@ -88,7 +83,6 @@ logger = logging.getLogger("codemode.process")
 HANDSHAKE_TIMEOUT = 10.0
 CLOSE_TIMEOUT = 5.0
 """Seconds a closing host has to exit after its stdin closed, before it is killed."""
-READ_CHUNK = 1 << 20
 
 
 class _Execute:
@@ -138,8 +132,7 @@ class HostLink:
         self._closing = False
         self._life: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
-        self._writer: FrameWriter | None = None
-        self._heartbeat = Heartbeat()
+        self._stream: LinkStream | None = None
         self._resumer: Resumer | None = None
         self._handshake: OneShot[HandshakeCompleted | HandshakeRejected | None] = OneShot()
         self._executes: dict[int, _Execute] = {}
@@ -195,7 +188,7 @@ class HostLink:
                     self._transport.start(nursery, self._lost, self._stdout_done)
                     self.attach(send, receive)
                     await self._shake_hands()
-                    self._start_heartbeat()
+                    self._watch()
                     self._life.shield = True  # rule 3
                     task_status.started()
                     await self._ended.wait()
@@ -239,45 +232,49 @@ class HostLink:
     def attach(self, send: trio.abc.SendStream, receive: trio.abc.ReceiveStream) -> None:
         """Read and write these streams from now on (the first, or a resumed one: rule 4)."""
         assert self._nursery is not None
-        writer = self._writer = FrameWriter(send, self._connection.take_outgoing)
-        self._nursery.start_soon(writer.run, partial(self._write_failed, writer))
-        self._nursery.start_soon(self._read, receive, writer)
+        self._stream = LinkStream(self, send, receive, self._connection.take_outgoing)
+        self._stream.start(self._nursery)
 
-    def _start_heartbeat(self) -> None:
-        """Watch the host on the current stream; a heartbeat ends with its stream."""
-        if HEARTBEAT_CAPABILITY not in self._connection.capabilities:
-            return
-        assert self._nursery is not None
-        heartbeat = self._heartbeat = Heartbeat()
-        writer = self._writer
+    def _watch(self) -> None:
+        """Watch the host on the current stream (with the heartbeat capability)."""
+        if self._stream is not None and HEARTBEAT_CAPABILITY in self._connection.capabilities:
+            assert self._nursery is not None
+            self._stream.watch(self._nursery, self._ping, self._silent)
 
-        def ping() -> bool:
-            return writer is self._writer and self._ping()
-
-        def silent(reason: str) -> None:
-            if writer is self._writer:
-                self._silent(reason)
-
-        self._nursery.start_soon(heartbeat.run, ping, silent)
-
-    def _cut(self, writer: FrameWriter, reason: str) -> bool:
-        """The stream `writer` writes was cut: let go of it and resume (rule 4). False: the
-        connection cannot be resumed (or is being closed), and the cut is a loss."""
-        if writer is not self._writer:
+    def stream_cut(self, stream: LinkStream, reason: str) -> bool:
+        """The stream was cut: let go of it and resume (rule 4). False: the connection cannot
+        be resumed (or is being closed), and the cut is a loss."""
+        if stream is not self._stream:
             return True  # let go of already
         if not self._connection.resumable or self._closing or self.failure is not None:
             return False
-        writer.abandon()
-        self._writer = None
+        stream.let_go()
+        self._stream = None
+        self._connection.suspend()
         if self._resumer is not None:
             self._resumer.cut()  # an attempt's stream: the resumer tries again
             return True
         assert self._nursery is not None
-        self._connection.suspend()
         grace = self._connection.resume_grace or 0.0
         self._resumer = Resumer(self._transport, self, grace, reason)
         self._nursery.start_soon(self._resumer.run)
         return True
+
+    def stream_failed(self, reason: str, cause: BaseException) -> None:
+        self._lost(reason, cause)
+
+    async def stream_ended(self) -> None:
+        self._stdout_done.set()
+        self._lost(await self._transport.ended())  # rule 2: the exit status, once known
+
+    def received(self, data: bytes | bytearray) -> bool:
+        try:
+            self._connection.receive_data(data)
+        except RemoteProtocolError as error:  # pragma: no cover - the connection failed before
+            self._lost(f"failed to read code-mode host message: {error}", error)
+            return False
+        self._pump()
+        return self._connection.is_open
 
     def resuming(self) -> None:
         """The resumer reached the host again: queue the resume for the new stream."""
@@ -297,7 +294,7 @@ class HostLink:
     def resumed(self) -> None:
         """The resumer is done: the host took the resume (rule 4)."""
         self._resumer = None
-        self._start_heartbeat()
+        self._watch()
         self._flush()
 
     async def aclose(self) -> None:
@@ -305,7 +302,7 @@ class HostLink:
         then end the link: its live cells get `cell_closed`. Bounded; idempotent."""
         self._closing = True
         if self._opened and self.alive:
-            writer = self._writer
+            writer = self._stream.writer if self._stream is not None else None
             self._connection.goodbye()  # a host that resumes frees the sessions at once
             self._flush()
             with trio.move_on_after(CLOSE_TIMEOUT):
@@ -344,8 +341,8 @@ class HostLink:
     # ---- the wire --------------------------------------------------------------------------
 
     def _flush(self) -> None:
-        if self._writer is not None:
-            self._writer.flush()
+        if self._stream is not None:
+            self._stream.flush()
 
     def _ping(self) -> bool:
         sent = self._connection.ping()
@@ -356,39 +353,6 @@ class HostLink:
         # A stopped or wedged host: its socket may stay open (its kernel still answers TCP
         # keepalive), so only its silence tells. Lost: everything pending fails, it is killed.
         self._lost(f"code-mode host stopped answering: {reason}")
-
-    def _write_failed(self, writer: FrameWriter, error: BaseException) -> None:
-        if not self._cut(writer, f"failed to write: {error}"):
-            self._lost(f"failed to write code-mode host message: {error}", error)
-
-    async def _read(self, stdout: trio.abc.ReceiveStream, writer: FrameWriter) -> None:
-        reader = ChunkReader(stdout, READ_CHUNK)
-        cut = False
-        try:
-            while True:
-                data = await reader.receive_some()
-                if writer is not self._writer:
-                    cut = True  # a stream let go of (rule 4)
-                    return
-                self._heartbeat.heard()
-                if not data and self._cut(writer, "the host closed the stream"):
-                    cut = True
-                    return
-                self._connection.receive_data(data)
-                self._pump()
-                if not self._connection.is_open:
-                    break  # end of file, a protocol error, or the link was given up
-        except RemoteProtocolError as error:
-            self._lost(f"failed to read code-mode host message: {error}", error)
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
-            cut = self._cut(writer, f"failed to read: {error}")
-            if not cut:
-                self._lost(f"failed to read code-mode host message: {error}", error)
-        finally:
-            if not cut:
-                self._stdout_done.set()
-        if not cut:
-            self._lost(await self._transport.ended())  # rule 2: the exit status, once known
 
     def _pump(self) -> None:
         """Dispatch every event the connection has (also those a call produced locally)."""
