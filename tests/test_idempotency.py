@@ -541,3 +541,24 @@ async def test_the_book_answers_the_waiters_of_a_key_it_dropped(
             await book.run("b", "other", slow)  # held: another request under it is refused
         autojump_clock.jump(KEY_SECONDS)
         assert await book.run("b", "other", slow) == "first"  # forgotten: new again
+
+
+def test_the_asyncio_code_mode_repeats_a_call_with_its_id() -> None:
+    from codemode import aio
+    from tests.test_aio import run_on_asyncio
+
+    async def main() -> None:
+        async with aio.open_in_process_provider() as provider:
+            session = await provider.create_session()
+            toolbox = codemode.Toolbox()
+            code_mode = aio.CodeMode(session, toolbox, toolbox.definitions())
+            source = 'text("a"); yield_control(); text("b")'
+            running = await code_mode.call("exec", "call-1", source)
+            assert running.status == "running"
+            assert await code_mode.exec("call-1", source) == running  # the same cell
+            arguments = {"cell_id": running.cell_id, "yield_time_ms": LONG_MS}
+            done = await code_mode.call("wait", "call-2", arguments)
+            assert done.status == "completed"
+            assert await code_mode.wait(arguments, "call-2") == done  # not `not found`
+
+    run_on_asyncio(main)
