@@ -315,20 +315,33 @@ class Session(Protocol):
         ...
 
     async def execute(
-        self, request: ExecuteRequest, delegate: SessionDelegate, *, observe_initial: bool = True
+        self,
+        request: ExecuteRequest,
+        delegate: SessionDelegate,
+        *,
+        observe_initial: bool = True,
+        idempotency_key: str | None = None,
     ) -> StartedCell:
         """Admit a cell and start it; returns before its first response.
 
         `observe_initial=False`: nobody takes the initial observation (the `StartedCell` is
         released already, and dropping it never warns); the cell's next `wait` observes it
-        from its start."""
+        from its start.
+
+        `idempotency_key`: a repeat of this request with the same key returns a `StartedCell`
+        of the same cell instead of starting another (docs/python-api.md, "Idempotency
+        keys"); every operation below takes one too."""
         ...
 
-    async def wait(self, request: WaitRequest) -> WaitOutcome:
+    async def wait(
+        self, request: WaitRequest, *, idempotency_key: str | None = None
+    ) -> WaitOutcome:
         """Observe a cell: new output, its completion, or its termination."""
         ...
 
-    async def terminate(self, cell_id: CellId) -> WaitOutcome:
+    async def terminate(
+        self, cell_id: CellId, *, idempotency_key: str | None = None
+    ) -> WaitOutcome:
         """Stop a cell and return its undelivered output (or its buffered completion)."""
         ...
 
@@ -337,14 +350,20 @@ class Session(Protocol):
         ...
 
     async def execute_to_pending(
-        self, request: ExecuteRequest, delegate: SessionDelegate
+        self,
+        request: ExecuteRequest,
+        delegate: SessionDelegate,
+        *,
+        idempotency_key: str | None = None,
     ) -> Pending | Completed | Terminated:
         """Admit a cell and run it to its pending frontier (or its end); never `Yielded`.
 
         Cancelled before it returns, it terminates the cell (the caller never had its id)."""
         ...
 
-    async def wait_to_pending(self, cell_id: CellId) -> WaitOutcome:
+    async def wait_to_pending(
+        self, cell_id: CellId, *, idempotency_key: str | None = None
+    ) -> WaitOutcome:
         """Resume a cell and observe it to its next frontier: `LiveCell(Pending | Completed |
         Terminated)`, or `MissingCell`."""
         ...

@@ -80,6 +80,29 @@ def check_cell_id(cell_id: object) -> None:
     _text("request", "cell_id", cell_id)
 
 
+MAX_IDEMPOTENCY_KEY_LENGTH = 256
+"""The longest idempotency key, in characters: ids and UUIDs fit many times over, and a session
+keeps up to 1,024 of them (`_idempotency`)."""
+
+
+def check_idempotency_key(key: object) -> None:
+    """`key` (the `idempotency_key` of a session operation) is None or a str of 1 to
+    `MAX_IDEMPOTENCY_KEY_LENGTH` characters. It never leaves the process, so any characters do.
+
+    Raises:
+        InvalidRequestError: `invalid code-mode request: idempotency_key ...`.
+    """
+    if key is None:
+        return
+    if type(key) is not str:
+        _wrong("request", "idempotency_key", "None or a str", key)
+    if not 0 < len(key) <= MAX_IDEMPOTENCY_KEY_LENGTH:
+        raise InvalidRequestError(
+            "invalid code-mode request: idempotency_key must be 1 to"
+            f" {MAX_IDEMPOTENCY_KEY_LENGTH} characters long, got {len(key)}"
+        )
+
+
 def _check_tool(field: str, tool: object) -> None:
     """Check a definition not seen before; remember it (a frozen struct cannot change, but
     for the contents of its schemas, which the process client's encoder checks again)."""

@@ -235,28 +235,47 @@ class _CellIdRecorder:
         return self._session.is_alive
 
     async def execute(
-        self, request: ExecuteRequest, delegate: SessionDelegate, *, observe_initial: bool = True
+        self,
+        request: ExecuteRequest,
+        delegate: SessionDelegate,
+        *,
+        observe_initial: bool = True,
+        idempotency_key: str | None = None,
     ) -> StartedCell:
-        started = await self._session.execute(request, delegate, observe_initial=observe_initial)
+        started = await self._session.execute(
+            request, delegate, observe_initial=observe_initial, idempotency_key=idempotency_key
+        )
         self.cell_id = started.cell_id
         return started
 
-    async def wait(self, request: WaitRequest) -> WaitOutcome:
-        return await self._session.wait(request)
+    async def wait(
+        self, request: WaitRequest, *, idempotency_key: str | None = None
+    ) -> WaitOutcome:
+        return await self._session.wait(request, idempotency_key=idempotency_key)
 
-    async def terminate(self, cell_id: CellId) -> WaitOutcome:
-        return await self._session.terminate(cell_id)
+    async def terminate(
+        self, cell_id: CellId, *, idempotency_key: str | None = None
+    ) -> WaitOutcome:
+        return await self._session.terminate(cell_id, idempotency_key=idempotency_key)
 
     async def shutdown(self) -> None:
         await self._session.shutdown()
 
     async def execute_to_pending(
-        self, request: ExecuteRequest, delegate: SessionDelegate
+        self,
+        request: ExecuteRequest,
+        delegate: SessionDelegate,
+        *,
+        idempotency_key: str | None = None,
     ) -> Pending | Completed | Terminated:
-        return await self._session.execute_to_pending(request, delegate)
+        return await self._session.execute_to_pending(
+            request, delegate, idempotency_key=idempotency_key
+        )
 
-    async def wait_to_pending(self, cell_id: CellId) -> WaitOutcome:
-        return await self._session.wait_to_pending(cell_id)
+    async def wait_to_pending(
+        self, cell_id: CellId, *, idempotency_key: str | None = None
+    ) -> WaitOutcome:
+        return await self._session.wait_to_pending(cell_id, idempotency_key=idempotency_key)
 
     async def preempt(self, cell_id: CellId) -> None:
         await self._session.preempt(cell_id)

@@ -114,6 +114,17 @@ def time_limit_exceeded(limit_ms: int) -> str:
     return f"exec cell exceeded its time limit of {limit_ms} ms"
 
 
+def idempotency_key_reused(key: str) -> str:
+    """The refusal (`InvalidRequestError`) of a request whose idempotency key names another
+    request of the session (docs/python-api.md, "Idempotency keys")."""
+    return f"idempotency key {key!r} was already used for a different request"
+
+
+def initial_response_taken(cell_id: str) -> str:
+    """The error of a `StartedCell`'s `initial_response()` once it was awaited or released."""
+    return f"the initial response of exec cell {cell_id} was already taken or released"
+
+
 def tool_call_budget_used_up(budget: int) -> str:
     """The rejection of a tool call made once `max_session_tool_calls` calls were made."""
     return f"session tool call budget of {budget} calls is used up"

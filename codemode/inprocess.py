@@ -15,6 +15,8 @@ Rules:
 5. Delegate calls run in a detached nursery (`open_detached_nursery`) and sync tools in the
    provider's own threads (`ToolThreads`): leaving the block waits at most `CLEANUP_GRACE` for
    calls that ignore cancellation, and abandons them (logged).
+6. A session keeps the idempotency keys of its requests in this process (`_idempotency`), as
+   every provider's session does.
 """
 
 from __future__ import annotations
@@ -46,8 +48,9 @@ from ._api import (
     WaitOutcome,
     WaitRequest,
 )
-from ._checks import check_cell_id, check_execute, check_wait
+from ._checks import check_cell_id, check_execute, check_idempotency_key, check_wait
 from ._closing import close_provider
+from ._idempotency import IdempotencyBook, request_fingerprint
 from ._providers import ProviderStatistics
 from ._tool_threads import ToolThreads, use_tool_threads
 from ._trio import (
@@ -83,6 +86,7 @@ class InProcessSession:
         self._session_id = session_id
         self._shutdown = RunOnce()
         self._traces = SessionTraces("in_process", local_runtime=True)
+        self._keys = IdempotencyBook()  # rule 6
 
     @property
     def is_alive(self) -> bool:
@@ -96,17 +100,38 @@ class InProcessSession:
             raise SessionShuttingDownError()
 
     async def execute(
-        self, request: ExecuteRequest, delegate: SessionDelegate, *, observe_initial: bool = True
+        self,
+        request: ExecuteRequest,
+        delegate: SessionDelegate,
+        *,
+        observe_initial: bool = True,
+        idempotency_key: str | None = None,
     ) -> StartedCell:
         """Admit a cell and start it; returns before its first response (`observe_initial=False`:
         the `StartedCell` is released already, and the cell's next `wait` observes it).
+        `idempotency_key`: a repeat returns a `StartedCell` of the same cell (rule 6).
 
         Raises:
             SessionShuttingDownError: shutdown has begun.
             ProviderClosedError: the provider was closed.
+            InvalidRequestError: the key was used for another request.
         """
         self._check()
         check_execute(request)
+        check_idempotency_key(idempotency_key)
+        if idempotency_key is None:
+            return await self._execute(request, delegate, observe_initial)
+        return await self._keys.execute(
+            idempotency_key,
+            request,
+            partial(self._execute, request, delegate, True),
+            self.wait,
+            observe_initial=observe_initial,
+        )
+
+    async def _execute(
+        self, request: ExecuteRequest, delegate: SessionDelegate, observe_initial: bool
+    ) -> StartedCell:
         traced = self._traces.begin(request, delegate, self._session_id)
         if traced is None:
             started = await self._runtime.execute(
@@ -137,7 +162,9 @@ class InProcessSession:
             return await initial_response()
         return await traced.observe("initial_response", lambda _: initial_response())
 
-    async def wait(self, request: WaitRequest) -> WaitOutcome:
+    async def wait(
+        self, request: WaitRequest, *, idempotency_key: str | None = None
+    ) -> WaitOutcome:
         """Observe a cell: new output, its completion, or its termination.
 
         Raises:
@@ -147,12 +174,17 @@ class InProcessSession:
         """
         self._check()
         check_wait(request)
+        check_idempotency_key(idempotency_key)
+        fingerprint = ("wait", request.cell_id, request.yield_time_ms)
+        return await self._keys.run(idempotency_key, fingerprint, partial(self._wait, request))
+
+    async def _wait(self, request: WaitRequest) -> WaitOutcome:
         traced = self._traces.get(request.cell_id)
         if traced is None:
             return await self._runtime.wait(request)
         return await traced.observe("wait", lambda _: self._runtime.wait(request))
 
-    async def terminate(self, cell_id: str) -> WaitOutcome:
+    async def terminate(self, cell_id: str, *, idempotency_key: str | None = None) -> WaitOutcome:
         """Stop a cell and return its undelivered output (or its buffered completion).
 
         Raises:
@@ -162,13 +194,22 @@ class InProcessSession:
         """
         self._check()
         check_cell_id(cell_id)
+        check_idempotency_key(idempotency_key)
+        fingerprint = ("terminate", cell_id)
+        return await self._keys.run(idempotency_key, fingerprint, partial(self._terminate, cell_id))
+
+    async def _terminate(self, cell_id: str) -> WaitOutcome:
         traced = self._traces.get(cell_id)
         if traced is None:
             return await self._runtime.terminate(cell_id)
         return await traced.observe("terminate", lambda _: self._runtime.terminate(cell_id))
 
     async def execute_to_pending(
-        self, request: ExecuteRequest, delegate: SessionDelegate
+        self,
+        request: ExecuteRequest,
+        delegate: SessionDelegate,
+        *,
+        idempotency_key: str | None = None,
     ) -> Pending | Completed | Terminated:
         """Admit a cell and run it to its pending frontier, or its end.
 
@@ -180,6 +221,15 @@ class InProcessSession:
         """
         self._check()
         check_execute(request)
+        check_idempotency_key(idempotency_key)
+        fingerprint = request_fingerprint("execute_to_pending", request)
+        return await self._keys.run(
+            idempotency_key, fingerprint, partial(self._execute_to_pending, request, delegate)
+        )
+
+    async def _execute_to_pending(
+        self, request: ExecuteRequest, delegate: SessionDelegate
+    ) -> Pending | Completed | Terminated:
         traced = self._traces.begin(request, delegate, self._session_id)
         if traced is None:
             return await self._runtime.execute_to_pending(request, delegate)
@@ -197,7 +247,9 @@ class InProcessSession:
         self._traces.started(traced, response.cell_id)
         return response
 
-    async def wait_to_pending(self, cell_id: str) -> WaitOutcome:
+    async def wait_to_pending(
+        self, cell_id: str, *, idempotency_key: str | None = None
+    ) -> WaitOutcome:
         """Resume a cell and observe it to its next pending frontier, or its end.
 
         Raises:
@@ -207,6 +259,13 @@ class InProcessSession:
         """
         self._check()
         check_cell_id(cell_id)
+        check_idempotency_key(idempotency_key)
+        fingerprint = ("wait_to_pending", cell_id)
+        return await self._keys.run(
+            idempotency_key, fingerprint, partial(self._wait_to_pending, cell_id)
+        )
+
+    async def _wait_to_pending(self, cell_id: str) -> WaitOutcome:
         traced = self._traces.get(cell_id)
         if traced is None:
             return await self._runtime.wait_to_pending(cell_id)

@@ -113,9 +113,16 @@ class _DurationCheckedSession:
         return self._session.is_alive
 
     async def execute(
-        self, request: ExecuteRequest, delegate: SessionDelegate, *, observe_initial: bool = True
+        self,
+        request: ExecuteRequest,
+        delegate: SessionDelegate,
+        *,
+        observe_initial: bool = True,
+        idempotency_key: str | None = None,
     ) -> StartedCell:
-        started = await self._session.execute(request, delegate, observe_initial=observe_initial)
+        started = await self._session.execute(
+            request, delegate, observe_initial=observe_initial, idempotency_key=idempotency_key
+        )
         initial = started._initial_response
 
         async def initial_response() -> RuntimeResponse:
@@ -131,24 +138,37 @@ class _DurationCheckedSession:
         response = _checked_response(outcome.response, self._timed)
         return msgspec.structs.replace(outcome, response=response)
 
-    async def wait(self, request: WaitRequest) -> WaitOutcome:
-        return self._outcome(await self._session.wait(request))
+    async def wait(
+        self, request: WaitRequest, *, idempotency_key: str | None = None
+    ) -> WaitOutcome:
+        return self._outcome(await self._session.wait(request, idempotency_key=idempotency_key))
 
-    async def terminate(self, cell_id: str) -> WaitOutcome:
-        return self._outcome(await self._session.terminate(cell_id))
+    async def terminate(self, cell_id: str, *, idempotency_key: str | None = None) -> WaitOutcome:
+        return self._outcome(
+            await self._session.terminate(cell_id, idempotency_key=idempotency_key)
+        )
 
     async def shutdown(self) -> None:
         await self._session.shutdown()
 
     async def execute_to_pending(
-        self, request: ExecuteRequest, delegate: SessionDelegate
+        self,
+        request: ExecuteRequest,
+        delegate: SessionDelegate,
+        *,
+        idempotency_key: str | None = None,
     ) -> Pending | Completed | Terminated:
-        return _checked_response(
-            await self._session.execute_to_pending(request, delegate), self._timed
+        response = await self._session.execute_to_pending(
+            request, delegate, idempotency_key=idempotency_key
         )
+        return _checked_response(response, self._timed)
 
-    async def wait_to_pending(self, cell_id: str) -> WaitOutcome:
-        return self._outcome(await self._session.wait_to_pending(cell_id))
+    async def wait_to_pending(
+        self, cell_id: str, *, idempotency_key: str | None = None
+    ) -> WaitOutcome:
+        return self._outcome(
+            await self._session.wait_to_pending(cell_id, idempotency_key=idempotency_key)
+        )
 
     async def preempt(self, cell_id: str) -> None:
         await self._session.preempt(cell_id)

@@ -40,6 +40,7 @@ async def execute(
     tools: list[ToolDefinition] | None = None,
     call_id: str = "call-1",
     observe_initial: bool = True,
+    idempotency_key: str | None = None,
 ) -> StartedCell:
     request = ExecuteRequest(
         tool_call_id=call_id,
@@ -47,7 +48,11 @@ async def execute(
         enabled_tools=tools or [],
         yield_time_ms=yield_time_ms,
     )
-    return await session.execute(request, delegate, observe_initial=observe_initial)
+    if idempotency_key is None:  # as a Session without keys is called
+        return await session.execute(request, delegate, observe_initial=observe_initial)
+    return await session.execute(
+        request, delegate, observe_initial=observe_initial, idempotency_key=idempotency_key
+    )
 
 
 async def run(

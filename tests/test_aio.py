@@ -342,14 +342,19 @@ class _CancelCaller:
         delegate: codemode.SessionDelegate,
         *,
         observe_initial: bool = True,
+        idempotency_key: str | None = None,
     ) -> codemode.StartedCell:
-        started = await self._session.execute(request, delegate, observe_initial=observe_initial)
+        started = await self._session.execute(
+            request, delegate, observe_initial=observe_initial, idempotency_key=idempotency_key
+        )
         if self.victim is not None:
             self._cancel_victim()
         return started
 
-    async def wait(self, request: WaitRequest) -> codemode.WaitOutcome:
-        outcome = await self._session.wait(request)
+    async def wait(
+        self, request: WaitRequest, *, idempotency_key: str | None = None
+    ) -> codemode.WaitOutcome:
+        outcome = await self._session.wait(request, idempotency_key=idempotency_key)
         if self.victim is not None:
             self._cancel_victim()
         return outcome
@@ -534,9 +539,14 @@ class _TrioFacingSession:
         delegate: codemode.SessionDelegate,
         *,
         observe_initial: bool = True,
+        idempotency_key: str | None = None,
     ) -> codemode.StartedCell:
         started: aio.StartedCell = await self._on_asyncio(
-            partial(self._session.execute, observe_initial=observe_initial),
+            partial(
+                self._session.execute,
+                observe_initial=observe_initial,
+                idempotency_key=idempotency_key,
+            ),
             request,
             _AsyncioFacing(delegate, self._bridge, self._crossings),
         )
@@ -554,31 +564,45 @@ class _TrioFacingSession:
             observe_initial=observe_initial,
         )
 
-    async def wait(self, request: WaitRequest) -> codemode.WaitOutcome:
-        outcome: codemode.WaitOutcome = await self._on_asyncio(self._session.wait, request)
+    async def wait(
+        self, request: WaitRequest, *, idempotency_key: str | None = None
+    ) -> codemode.WaitOutcome:
+        outcome: codemode.WaitOutcome = await self._on_asyncio(
+            partial(self._session.wait, idempotency_key=idempotency_key), request
+        )
         return outcome
 
-    async def terminate(self, cell_id: str) -> codemode.WaitOutcome:
-        outcome: codemode.WaitOutcome = await self._on_asyncio(self._session.terminate, cell_id)
+    async def terminate(
+        self, cell_id: str, *, idempotency_key: str | None = None
+    ) -> codemode.WaitOutcome:
+        outcome: codemode.WaitOutcome = await self._on_asyncio(
+            partial(self._session.terminate, idempotency_key=idempotency_key), cell_id
+        )
         return outcome
 
     async def shutdown(self) -> None:
         await self._on_asyncio(self._session.shutdown)
 
     async def execute_to_pending(
-        self, request: ExecuteRequest, delegate: codemode.SessionDelegate
+        self,
+        request: ExecuteRequest,
+        delegate: codemode.SessionDelegate,
+        *,
+        idempotency_key: str | None = None,
     ) -> codemode.Pending | Completed | Terminated:
         response: codemode.Pending | Completed | Terminated = await self._on_asyncio(
-            self._session.execute_to_pending,
+            partial(self._session.execute_to_pending, idempotency_key=idempotency_key),
             request,
             _AsyncioFacing(delegate, self._bridge, self._crossings),
         )
         await self._crossings.settled()
         return response
 
-    async def wait_to_pending(self, cell_id: str) -> codemode.WaitOutcome:
+    async def wait_to_pending(
+        self, cell_id: str, *, idempotency_key: str | None = None
+    ) -> codemode.WaitOutcome:
         outcome: codemode.WaitOutcome = await self._on_asyncio(
-            self._session.wait_to_pending, cell_id
+            partial(self._session.wait_to_pending, idempotency_key=idempotency_key), cell_id
         )
         await self._crossings.settled()
         return outcome
@@ -690,6 +714,7 @@ def _contract() -> list[Any]:
     import inspect
 
     from tests import (
+        test_idempotency,
         test_model_code_mode,
         test_pending_frontier,
         test_runtime_cells,
@@ -698,6 +723,7 @@ def _contract() -> list[Any]:
 
     chosen = []
     for module in (
+        test_idempotency,
         test_runtime_end_to_end,
         test_runtime_cells,
         test_pending_frontier,

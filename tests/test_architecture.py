@@ -150,6 +150,7 @@ def test_the_host_imports_only_the_front_door_the_protocol_and_the_trio_helpers(
 WIRE_MAY_IMPORT = (
     "codemode._api",
     "codemode._checks",
+    "codemode._idempotency",
     "codemode.errors",
     "codemode.protocol",
     "codemode._trio",

@@ -187,7 +187,9 @@ async def test_a_runtime_cell_paused_deadline_does_not_end_it(
     delegate.hold_tools = True
     async with trio.open_nursery() as nursery:
         runtime = RuntimeSession(engine, nursery, CellLimits(max_wall_time_ms=WALL_MS))
-        started = await execute(runtime, delegate, "await tools.wait({})", tools=[tool("wait")])
+        # The runtime's session takes no idempotency keys (the client's sessions keep them).
+        session = cast(codemode.Session, runtime)
+        started = await execute(session, delegate, "await tools.wait({})", tools=[tool("wait")])
         cell = runtime.cell(started.cell_id)
         assert cell is not None
         cell.pause_deadline()

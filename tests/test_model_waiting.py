@@ -46,32 +46,49 @@ class ObservedSession:
         return self._session.is_alive
 
     async def execute(
-        self, request: ExecuteRequest, delegate: SessionDelegate, *, observe_initial: bool = True
+        self,
+        request: ExecuteRequest,
+        delegate: SessionDelegate,
+        *,
+        observe_initial: bool = True,
+        idempotency_key: str | None = None,
     ) -> StartedCell:
         self.executed.append(request.yield_time_ms)
-        return await self._session.execute(request, delegate, observe_initial=observe_initial)
+        return await self._session.execute(
+            request, delegate, observe_initial=observe_initial, idempotency_key=idempotency_key
+        )
 
-    async def wait(self, request: WaitRequest) -> WaitOutcome:
+    async def wait(
+        self, request: WaitRequest, *, idempotency_key: str | None = None
+    ) -> WaitOutcome:
         self.waited.append(request.yield_time_ms)
-        outcome = await self._session.wait(request)
+        outcome = await self._session.wait(request, idempotency_key=idempotency_key)
         self.answered += 1
         self._changed.set()
         self._changed = trio.Event()
         return outcome
 
     async def execute_to_pending(
-        self, request: ExecuteRequest, delegate: SessionDelegate
+        self,
+        request: ExecuteRequest,
+        delegate: SessionDelegate,
+        *,
+        idempotency_key: str | None = None,
     ) -> Pending | Completed | Terminated:
-        return await self._session.execute_to_pending(request, delegate)
+        return await self._session.execute_to_pending(
+            request, delegate, idempotency_key=idempotency_key
+        )
 
-    async def wait_to_pending(self, cell_id: str) -> WaitOutcome:
-        return await self._session.wait_to_pending(cell_id)
+    async def wait_to_pending(
+        self, cell_id: str, *, idempotency_key: str | None = None
+    ) -> WaitOutcome:
+        return await self._session.wait_to_pending(cell_id, idempotency_key=idempotency_key)
 
     async def preempt(self, cell_id: str) -> None:
         await self._session.preempt(cell_id)
 
-    async def terminate(self, cell_id: str) -> WaitOutcome:
-        return await self._session.terminate(cell_id)
+    async def terminate(self, cell_id: str, *, idempotency_key: str | None = None) -> WaitOutcome:
+        return await self._session.terminate(cell_id, idempotency_key=idempotency_key)
 
     async def shutdown(self) -> None:
         await self._session.shutdown()

@@ -33,6 +33,10 @@ Rules:
    (the host sends each commit, `session/committed`); its next generation opens with that
    copy, and its re-opening is always announced, with `RUNTIME_REPLACED_KEPT` (running cells
    were lost, stored values were kept), whatever the strategy.
+7. The idempotency keys of the session's requests are kept here, in the application's process
+   (`_idempotency`), not in a host: they outlive a replaced host, and a key whose request ran
+   on an earlier generation still answers with that outcome (its cell ids are that
+   generation's: a new request on them raises `StaleGenerationError`).
 """
 
 from __future__ import annotations
@@ -62,7 +66,8 @@ from .._api import (
     WaitRequest,
     Yielded,
 )
-from .._checks import check_cell_id, check_execute, check_wait
+from .._checks import check_cell_id, check_execute, check_idempotency_key, check_wait
+from .._idempotency import IdempotencyBook, request_fingerprint
 from .._trio import RunOnce
 from ..errors import (
     RUNTIME_REPLACED_KEPT,
@@ -74,6 +79,7 @@ from ..errors import (
     ProviderClosedError,
     RuntimeReplacedError,
     SessionShuttingDownError,
+    initial_response_taken,
 )
 from ..observability import CellTrace, SessionTraces, TraceContext
 from ..protocol import (
@@ -164,6 +170,7 @@ class WireSession:
         self._bind_lock = trio.Lock()
         self._terminating: set[str] = set()
         self._dropped: collections.deque[Callable[[], None]] = collections.deque()
+        self._keys = IdempotencyBook()  # rule 7
 
     @property
     def is_alive(self) -> bool:
@@ -261,15 +268,42 @@ class WireSession:
         return self._binding
 
     async def execute(
-        self, request: ExecuteRequest, delegate: SessionDelegate, *, observe_initial: bool = True
+        self,
+        request: ExecuteRequest,
+        delegate: SessionDelegate,
+        *,
+        observe_initial: bool = True,
+        idempotency_key: str | None = None,
     ) -> StartedCell:
         """Admit and start a cell in the host; its first response comes later
         (`observe_initial=False`: the `StartedCell` is released already; the host is told at
         once, and whatever its initial observation took goes to the cell's next `wait`).
+        `idempotency_key`: a repeat returns a `StartedCell` of the same cell (rule 7).
 
         Cancelled before it returns, the cell (if the host admitted it) is terminated.
         """
         check_execute(request)
+        if idempotency_key is None:
+            return await self._execute(request, delegate, observe_initial)
+        self._keyed(idempotency_key)
+        return await self._keys.execute(
+            idempotency_key,
+            request,
+            partial(self._execute, request, delegate, True),
+            self.wait,
+            observe_initial=observe_initial,
+        )
+
+    def _keyed(self, key: str | None) -> None:
+        """Checks before a keyed request: the key, and the session's state (rule 3 holds for
+        a repeat too, which the book would answer without asking the host)."""
+        check_idempotency_key(key)
+        if key is not None:
+            self._check()
+
+    async def _execute(
+        self, request: ExecuteRequest, delegate: SessionDelegate, observe_initial: bool
+    ) -> StartedCell:
         StartedCell._release_dropped(self._dropped)  # keeps the deque short between waits
         binding = await self._bind()
         traced = self._traces.begin(request, delegate, binding.session_id)
@@ -341,9 +375,7 @@ class WireSession:
         try:
             result = await binding.link.initial_response(request_id, binding.session_id)
         except LocalProtocolError:
-            raise CodeModeError(
-                f"the initial response of exec cell {cell_id} was already taken or released"
-            ) from None
+            raise CodeModeError(initial_response_taken(cell_id)) from None
         response = unwrap(result, cell_id)
         assert isinstance(response, Yielded | Completed | Terminated)
         await self._settle(binding, response)
@@ -357,10 +389,17 @@ class WireSession:
         elif isinstance(response, Completed | Terminated):
             await binding.link.settle(binding.session_id, response.cell_id, closed=False)
 
-    async def wait(self, request: WaitRequest) -> WaitOutcome:
+    async def wait(
+        self, request: WaitRequest, *, idempotency_key: str | None = None
+    ) -> WaitOutcome:
         """Observe a cell. Output a cancelled observation took is kept for the next one."""
         check_wait(request)
-        return await self._traced_observe(request.cell_id, request.yield_time_ms)
+        self._keyed(idempotency_key)
+        return await self._keys.run(
+            idempotency_key,
+            ("wait", request.cell_id, request.yield_time_ms),
+            partial(self._traced_observe, request.cell_id, request.yield_time_ms),
+        )
 
     async def _traced_observe(self, cell_id: str, yield_time_ms: int | None) -> WaitOutcome:
         traced = self._traces.get(cell_id)
@@ -387,13 +426,27 @@ class WireSession:
         return outcome
 
     async def execute_to_pending(
-        self, request: ExecuteRequest, delegate: SessionDelegate
+        self,
+        request: ExecuteRequest,
+        delegate: SessionDelegate,
+        *,
+        idempotency_key: str | None = None,
     ) -> Pending | Completed | Terminated:
         """Admit a cell in the host and run it to its pending frontier, or its end.
 
         Cancelled before it returns, the cell (if the host admitted it) is terminated.
         """
         check_execute(request)
+        self._keyed(idempotency_key)
+        return await self._keys.run(
+            idempotency_key,
+            request_fingerprint("execute_to_pending", request),
+            partial(self._execute_to_pending_traced, request, delegate),
+        )
+
+    async def _execute_to_pending_traced(
+        self, request: ExecuteRequest, delegate: SessionDelegate
+    ) -> Pending | Completed | Terminated:
         StartedCell._release_dropped(self._dropped)
         binding = await self._bind()
         binding.need(PENDING_FRONTIER_CAPABILITY, "the pending frontier")
@@ -434,10 +487,17 @@ class WireSession:
         await self._settle(binding, response)
         return binding.response(response)
 
-    async def wait_to_pending(self, cell_id: str) -> WaitOutcome:
+    async def wait_to_pending(
+        self, cell_id: str, *, idempotency_key: str | None = None
+    ) -> WaitOutcome:
         """Resume a cell and observe it to its next pending frontier, or its end."""
         check_cell_id(cell_id)
-        return await self._traced_observe(cell_id, None)
+        self._keyed(idempotency_key)
+        return await self._keys.run(
+            idempotency_key,
+            ("wait_to_pending", cell_id),
+            partial(self._traced_observe, cell_id, None),
+        )
 
     async def preempt(self, cell_id: str) -> None:
         """Make the cell's active observation return `Yielded` now (no effect on frontier
@@ -470,7 +530,7 @@ class WireSession:
             raise HostLostError("code-mode host returned an invalid usage response")
         return reported.usage
 
-    async def terminate(self, cell_id: str) -> WaitOutcome:
+    async def terminate(self, cell_id: str, *, idempotency_key: str | None = None) -> WaitOutcome:
         """Stop a cell in the host; returns its undelivered output or buffered completion.
 
         Returns once the cell's delegate calls returned and its `cell_closed` ran (each
@@ -478,6 +538,12 @@ class WireSession:
         `AlreadyTerminatingError`.
         """
         check_cell_id(cell_id)
+        self._keyed(idempotency_key)
+        return await self._keys.run(
+            idempotency_key, ("terminate", cell_id), partial(self._traced_terminate, cell_id)
+        )
+
+    async def _traced_terminate(self, cell_id: str) -> WaitOutcome:
         traced = self._traces.get(cell_id)
         if traced is not None:
             return await traced.observe("terminate", lambda _: self._terminate(cell_id))

@@ -104,7 +104,7 @@ class CodeMode:
             ValueError: `name` is not one of `CodeMode.tool_names`.
         """
         if name == "wait":
-            return await self.wait(payload)
+            return await self.wait(payload, call_id)
         if name not in self.tool_names:
             raise ValueError(f"code mode has no tool named {name!r} (only 'exec' and 'wait')")
         return await self._bridge.call(
@@ -117,14 +117,15 @@ class CodeMode:
             self._code_mode.exec, tool_call_id, text, orphan=self._orphaned_exec
         )
 
-    async def wait(self, arguments: Any) -> ToolOutput:
-        """Run the model's `wait` call: observe a cell (or terminate it)."""
+    async def wait(self, arguments: Any, tool_call_id: str | None = None) -> ToolOutput:
+        """Run the model's `wait` call: observe a cell (or terminate it). `tool_call_id`: the
+        call's id, so that a repeat gets the same output (as `codemode.CodeMode.wait`)."""
         cell_id, terminate = _wait_target(arguments)
         parked = self._parked.pop(cell_id, None) if cell_id is not None else None
         if parked is not None and not terminate:
             return parked
         output = await self._bridge.call(
-            self._code_mode.wait, arguments, orphan=self._orphaned_wait
+            self._code_mode.wait, arguments, tool_call_id, orphan=self._orphaned_wait
         )
         if parked is None:
             return output

@@ -13,6 +13,10 @@ Rules:
    asyncio tasks on the loop (`AsyncioDelegate`), cancelled the asyncio way when the cell ends
    first; `cell_closed` is called as it is (it must not block). Sync tools of a `Toolbox` still
    run in the provider's own threads.
+4. An `idempotency_key` goes to the trio session, whose book answers a repeat. Rule 2 is kept
+   as it is: a keyed observation whose cancelled caller never saw its response parks it too
+   (the key's repeat meets that response, parked or from the book), and a response parked
+   earlier answers the next observation, keyed or not, without reaching the book.
 """
 
 from __future__ import annotations
@@ -183,38 +187,58 @@ class Session:
         return self._bridge.submit(terminate_quietly, self.trio_session, cell_id)
 
     async def execute(
-        self, request: ExecuteRequest, delegate: SessionDelegate, *, observe_initial: bool = True
+        self,
+        request: ExecuteRequest,
+        delegate: SessionDelegate,
+        *,
+        observe_initial: bool = True,
+        idempotency_key: str | None = None,
     ) -> StartedCell:
         """Admit a cell and start it; returns before its first response. Cancelled before it
         returns, it terminates the cell. `observe_initial=False`: the cell is released already
-        (as on trio), its next `wait` observes it from its start."""
+        (as on trio), its next `wait` observes it from its start. `idempotency_key`: as on
+        trio (rule 4)."""
 
         def orphan(started: TrioStartedCell) -> Future[None]:
             started.release()
             return self._terminate(started.cell_id)
 
         started = await self._bridge.call(
-            partial(self.trio_session.execute, observe_initial=observe_initial),
+            partial(
+                self.trio_session.execute,
+                observe_initial=observe_initial,
+                idempotency_key=idempotency_key,
+            ),
             request,
             AsyncioDelegate(delegate, self._bridge),
             orphan=orphan,
         )
         return StartedCell(started, self)
 
-    async def wait(self, request: WaitRequest) -> WaitOutcome:
+    async def wait(
+        self, request: WaitRequest, *, idempotency_key: str | None = None
+    ) -> WaitOutcome:
         """Observe a cell: new output, its completion, or its termination."""
         parked = self._parked.take(request.cell_id)
         if parked is not None:
             return LiveCell(response=_as_observation(parked))
-        return await self._bridge.call(self.trio_session.wait, request, orphan=self._park_outcome)
+        return await self._bridge.call(
+            partial(self.trio_session.wait, idempotency_key=idempotency_key),
+            request,
+            orphan=self._park_outcome,
+        )
 
-    async def terminate(self, cell_id: CellId) -> WaitOutcome:
+    async def terminate(
+        self, cell_id: CellId, *, idempotency_key: str | None = None
+    ) -> WaitOutcome:
         """Stop a cell and return its undelivered output (or its buffered completion). The
         trio operation always completes; a cancelled caller is told after it did."""
         parked = self._parked.take(cell_id)
         if isinstance(parked, Completed | Terminated):
             return LiveCell(response=parked)  # the cell has closed: this is its buffered end
-        outcome = await self._bridge.call(self.trio_session.terminate, cell_id)
+        outcome = await self._bridge.call(
+            partial(self.trio_session.terminate, idempotency_key=idempotency_key), cell_id
+        )
         if parked is not None and isinstance(outcome, LiveCell):
             response = _prepend(parked, outcome.response)
             assert not isinstance(response, Pending)
@@ -226,7 +250,11 @@ class Session:
         await self._bridge.call(self.trio_session.shutdown)
 
     async def execute_to_pending(
-        self, request: ExecuteRequest, delegate: SessionDelegate
+        self,
+        request: ExecuteRequest,
+        delegate: SessionDelegate,
+        *,
+        idempotency_key: str | None = None,
     ) -> Pending | Completed | Terminated:
         """Admit a cell and run it to its pending frontier (or its end). Cancelled before it
         returns, it terminates the cell."""
@@ -237,19 +265,23 @@ class Session:
             return None
 
         return await self._bridge.call(
-            self.trio_session.execute_to_pending,
+            partial(self.trio_session.execute_to_pending, idempotency_key=idempotency_key),
             request,
             AsyncioDelegate(delegate, self._bridge),
             orphan=orphan,
         )
 
-    async def wait_to_pending(self, cell_id: CellId) -> WaitOutcome:
+    async def wait_to_pending(
+        self, cell_id: CellId, *, idempotency_key: str | None = None
+    ) -> WaitOutcome:
         """Resume a cell and observe it to its next frontier."""
         parked = self._parked.take(cell_id)
         if parked is not None:
             return LiveCell(response=parked)
         return await self._bridge.call(
-            self.trio_session.wait_to_pending, cell_id, orphan=self._park_outcome
+            partial(self.trio_session.wait_to_pending, idempotency_key=idempotency_key),
+            cell_id,
+            orphan=self._park_outcome,
         )
 
     async def preempt(self, cell_id: CellId) -> None:

@@ -16,14 +16,24 @@ Rules:
    began; the first output, the completion or the termination ends it as usual.
 4. A cancelled `exec` terminates the cell it started, since the model never learned its id:
    shielded, and bounded by `ABANDON_TIMEOUT` seconds.
+5. A call the model framework repeats (the same tool call id, the same arguments) gets the
+   first call's `ToolOutput` instead of acting again: an `exec` runs one cell, a `wait` observes
+   (or terminates) once. The book is `CodeMode`'s own (`_idempotency.IdempotencyBook`), keyed
+   by the call id and the arguments together, so a reused id with other arguments is a new
+   call. It sits above the session, not in it: a cancelled call has no outcome, so its repeat
+   acts anew (a cancelled `exec` terminated its cell, rule 4: the session's key would only
+   name that dead cell), and a `wait` that keeps observing an empty cell (rule 3) is one
+   outcome, not several.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from functools import partial
 from typing import Any, ClassVar
 
+import msgspec
 import trio
 
 from .._api import (
@@ -48,6 +58,7 @@ from .._governance import (
     ToolPolicy,
     governed,
 )
+from .._idempotency import IdempotencyBook, call_key
 from .._limits import MAX_YIELD_TIME_MS
 from .._text import well_formed
 from ..errors import CodeModeError, HostLostError, RuntimeReplacedError
@@ -104,7 +115,8 @@ class CodeMode:
             `MAX_YIELD_TIME_MS`; `policy` or `approver` with a governed delegate.
 
     Every method may be called concurrently with the others (a model may call tools in
-    parallel); `CodeMode` keeps no state between calls but the recent cells' journals.
+    parallel); `CodeMode` keeps no state between calls but the recent cells' journals and the
+    outputs of its recent calls, for the repeats of a call (rule 5).
     """
 
     tool_names: ClassVar[tuple[str, str]] = (EXEC_TOOL_NAME, WAIT_TOOL_NAME)
@@ -151,6 +163,7 @@ class CodeMode:
         self._deferred = deferred_tools_available
         self._min_yield_time_ms = min_yield_time_ms
         self._max_empty_wait_ms = max_empty_wait_ms
+        self._calls = IdempotencyBook()  # rule 5
 
     async def _approval_started(self, cell_id: str) -> None:
         """A call of the cell waits for approval: its active observation (the initial response
@@ -190,7 +203,9 @@ class CodeMode:
 
         Args:
             name: `"exec"` or `"wait"`.
-            call_id: the model's id of the call (the `call_id` of the cell's notifications).
+            call_id: the model's id of the call (the `call_id` of the cell's notifications);
+                a repeat of the call, with the same id and payload, gets the same output
+                (rule 5).
             payload: for `exec`, the raw text (OpenAI) or `{"code": text}` (Anthropic); for
                 `wait`, the JSON text of the arguments (OpenAI) or the decoded object
                 (Anthropic).
@@ -205,21 +220,26 @@ class CodeMode:
                 return error_output(str(error), tool="exec")
             return await self.exec(call_id, text)
         if name == WAIT_TOOL_NAME:
-            return await self.wait(payload)
+            return await self.wait(payload, call_id)
         raise ValueError(f"code mode has no tool named {name!r} (only 'exec' and 'wait')")
 
     async def exec(self, tool_call_id: str, text: str) -> ToolOutput:
         """Run the model's `exec` call: start a cell and return its first response.
 
         Args:
-            tool_call_id: the model's id of the call; the cell's notifications carry it.
+            tool_call_id: the model's id of the call; the cell's notifications carry it. A
+                repeat with the same id and text gets this call's output, and starts no
+                other cell (rule 5; an empty id: every call is new).
             text: the raw JavaScript, optionally with the `// @exec:` pragma line.
 
         Cancellation: cancelling this call once the cell is started terminates the cell
         (shielded, at most `ABANDON_TIMEOUT` seconds), since no one else knows its id.
         """
         with model_span("code_mode.exec", tool_call_id) as span:
-            output = await self._exec(tool_call_id, text, span)
+            key = call_key(EXEC_TOOL_NAME, tool_call_id, text) if tool_call_id else None
+            output = await self._calls.run(
+                key, EXEC_TOOL_NAME, partial(self._exec, tool_call_id, text, span)
+            )
             span.set("codemode.output.status", output.status)
             span.set("codemode.cell.id", output.cell_id)
             return output
@@ -256,24 +276,37 @@ class CodeMode:
             await self._abandon(started.cell_id)
             raise
 
-    async def wait(self, arguments: Any) -> ToolOutput:
+    async def wait(self, arguments: Any, tool_call_id: str | None = None) -> ToolOutput:
         """Run the model's `wait` call: observe a cell (or terminate it).
 
         Args:
             arguments: the call's decoded JSON object (its JSON text is accepted too).
+            tool_call_id: the model's id of the call, when the caller has it: a repeat with
+                the same id and arguments gets this call's output, and observes nothing more
+                (rule 5). None (or empty): every call is new.
         """
-        with model_span("code_mode.wait", None) as span:
-            output = await self._wait(arguments, span)
+        with model_span("code_mode.wait", tool_call_id) as span:
+            output = await self._wait(arguments, span, tool_call_id)
             span.set("codemode.output.status", output.status)
             span.set("codemode.cell.id", output.cell_id)
             return output
 
-    async def _wait(self, arguments: Any, span: ModelSpan) -> ToolOutput:
+    async def _wait(self, arguments: Any, span: ModelSpan, tool_call_id: str | None) -> ToolOutput:
         started_at = trio.current_time()
         try:
             parsed = wait_arguments(arguments)
         except ArgumentsError as error:
             return error_output(str(error), tool="wait")
+        key = None
+        if tool_call_id:
+            key = call_key(WAIT_TOOL_NAME, tool_call_id, *map(str, msgspec.structs.astuple(parsed)))
+        return await self._calls.run(
+            key, WAIT_TOOL_NAME, partial(self._waited, parsed, span, started_at)
+        )
+
+    async def _waited(
+        self, parsed: WaitArguments, span: ModelSpan, started_at: float
+    ) -> ToolOutput:
         span.set("codemode.wait.yield_time_ms", parsed.yield_time_ms)
         span.set("codemode.wait.max_tokens", parsed.max_tokens)
         span.set("codemode.wait.terminate", parsed.terminate)

@@ -78,16 +78,12 @@ from codemode import (
     Completed,
     ExecuteRequest,
     LiveCell,
-    Pending,
-    RuntimeResponse,
     SessionDelegate,
     Terminated,
     WaitOutcome,
-    Yielded,
 )
 from codemode.errors import (
     AlreadyTerminatingError,
-    ObserverBusyError,
     RuntimeEndedError,
     time_limit_exceeded,
 )
@@ -98,26 +94,26 @@ from ._calls import CellCalls
 from ._frontier import Frontier
 from ._jswait import JavaScriptWait
 from ._life import Life
-from ._observer import InitialObservation, ObservationCancelledError, Observer, item_bytes
+from ._observer import InitialObservation, Observer, item_bytes
 from ._output import CellOutput
 from ._phases import (
     ACTIVE,
     LIFECYCLE,
-    OBSERVATION,
     Lifecycle,
     LifecycleTrigger,
     Watch,
-    WatchTrigger,
 )
 from ._share import CellShare
 from ._timers import CellTimers
+from ._watched import WatchedCell
 
 logger = logging.getLogger("codemode.runtime")
 
 
-class RuntimeCell:
-    """A cell's state, and its task when it needs one (rule 10). Created and registered by
-    `RuntimeSession.execute`, which then `start`s it."""
+class RuntimeCell(WatchedCell):
+    """A cell's state, and its task when it needs one (rule 10); its observation half is
+    `WatchedCell`'s (`_watched`). Created and registered by `RuntimeSession.execute`, which
+    then `start`s it."""
 
     def __init__(
         self,
@@ -270,129 +266,6 @@ class RuntimeCell:
         if self._holds_slot and self.lifecycle not in ACTIVE:
             self._holds_slot = False
             self._share.admission.release_cell()
-
-    # ---- observation ---------------------------------------------------------------------
-
-    def attach(self, window_ms: int | None) -> Observer:
-        """A new observation whose window starts now (None: a frontier observer, which resumes
-        a cell paused at a frontier it already delivered); the cell must have no other
-        observer. A plain observer resumes a paused cell for good."""
-        if self.watch is not Watch.IDLE:
-            raise ObserverBusyError(self.cell_id)
-        self.watch = OBSERVATION.move(self.watch, WatchTrigger.ATTACH)
-        observer = Observer(window_ms, start_now=True)
-        self._observer = observer
-        if observer.frontier:
-            self._frontier.enter()
-        else:
-            self._frontier.leave()
-        return observer
-
-    def preempt(self, observer: Observer | None = None) -> None:
-        """The active observation (only if it is `observer`, when given) yields now with the
-        output so far; frontier observers and a cell without an observer are unaffected."""
-        active = self._observer
-        if active is None or (observer is not None and active is not observer):
-            return
-        if not active.frontier and self.lifecycle is Lifecycle.RUNNING:
-            self._mark_boundary(active)
-
-    async def initial_response(self) -> RuntimeResponse | Pending:
-        """The observation `execute` attached, awaited once by `StartedCell.initial_response`
-        (rule 5)."""
-        observer = self.initial.take(self.cell_id)
-        try:
-            return await self.observe(observer)
-        finally:
-            self.initial.done()
-
-    def initial_response_now(self) -> RuntimeResponse | Pending | None:
-        """The initial observation's response if it has one now, taken without a task (rule 8
-        of `_observer`); None: `initial_response()` must be awaited (a frontier observer's is).
-        Raises as `initial_response()` does, `ObservationCancelledError` included."""
-        return self.initial.take_now(self._answer, self._detach)
-
-    def release_initial_observer(self) -> None:
-        """The `StartedCell` gave its initial observation up unawaited: `wait`s may observe."""
-        observer = self.initial.release()
-        if observer is not None:
-            self._detach(observer)
-
-    async def observe(self, observer: Observer) -> RuntimeResponse | Pending:
-        """Wait for the observation's end and build its response (rule 1 of `_observer`).
-
-        Raises:
-            RuntimeEndedError: the cell closed without answering this observation.
-            FrameLimitError: its next output item alone exceeds the response budget (the
-                item stays in the cell).
-        """
-        try:
-            await trio.lowlevel.checkpoint_if_cancelled()
-            while True:
-                if observer.frontier and self._frontier.undelivered:
-                    await self._calls.all_started()  # rule 4 of `_calls`
-                response = self._answer(observer)
-                if response is not None:
-                    return response
-                if self.lifecycle is Lifecycle.RUNNING:
-                    self._js_wait.wake_at(observer.deadline, self._wake_observer)
-                await observer.sleep()
-        finally:
-            self._detach(observer)
-
-    def _answer(self, observer: Observer) -> RuntimeResponse | Pending | None:
-        if observer.cancelled:
-            raise ObservationCancelledError()
-        return self._response_for(observer)
-
-    def _detach(self, observer: Observer) -> None:
-        if self._observer is observer:
-            self._observer = None
-            self.watch = OBSERVATION.move(self.watch, WatchTrigger.DETACH)
-            self._calls.release_held()
-
-    def _mark_boundary(self, observer: Observer) -> None:
-        observer.mark_boundary(len(self._output))
-        self.watch = OBSERVATION.move(self.watch, WatchTrigger.BOUNDARY)
-
-    def _response_for(self, observer: Observer) -> RuntimeResponse | Pending | None:
-        if self._terminated is not None:
-            return self._terminated
-        if self.lifecycle is Lifecycle.CLOSED:
-            raise RuntimeEndedError()
-        if self.lifecycle is Lifecycle.TERMINATING:
-            return None
-        if observer.boundary is not None:
-            return self._output.yielded(observer.boundary)
-        if self.lifecycle is Lifecycle.COMPLETED:
-            completion = self._take_completion(self._share.max_response_bytes)
-            if isinstance(completion, Completed):
-                self._close()  # delivered: it closes now (design.md, runtime 5.4, step 6)
-            elif observer.frontier:
-                # Past the budget: the rest and the completion follow, and a frontier
-                # observer never yields.
-                return self._output.pending(completion.content_items, [])
-            return completion
-        if self.lifecycle is Lifecycle.CLAIMED:
-            return None  # a terminate took the completion: this observation ends at close
-        if observer.frontier:
-            if self.lifecycle is Lifecycle.RUNNING and self._frontier.undelivered:
-                items = self._output.take(len(self._output))
-                return self._output.pending(items, self._frontier.deliver())
-            return None
-        if observer.expired(self._share.now()):
-            return self._output.yielded(len(self._output))
-        return None
-
-    def _take_completion(self, budget: int | None) -> Completed | Yielded:
-        if not self._output.fits(budget):
-            return self._output.yielded(len(self._output))  # the completion follows the rest
-        self._move(LifecycleTrigger.CLAIM)
-        return self._output.completed(self._completion_error)
-
-    def _wake_observer(self) -> None:
-        if self._observer is not None:
-            self._observer.notify()
 
     # ---- termination -----------------------------------------------------------------------
 

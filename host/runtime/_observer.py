@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 import trio
 
 from codemode import CellLimits, ContentItem, InputText, Pending, RuntimeResponse
-from codemode.errors import CodeModeError
+from codemode.errors import CodeModeError, initial_response_taken
 
 from ._phases import INITIAL, Initial, InitialTrigger
 
@@ -141,9 +141,7 @@ class InitialObservation:
     def take(self, cell_id: str) -> Observer:
         """The observer, for the one await of the initial response."""
         if self.state is not Initial.PENDING or self.observer is None:
-            raise CodeModeError(
-                f"the initial response of exec cell {cell_id} was already taken or released"
-            )
+            raise CodeModeError(initial_response_taken(cell_id))
         self.state = INITIAL.move(self.state, InitialTrigger.TAKE)
         return self.observer
 
