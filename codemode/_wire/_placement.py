@@ -36,7 +36,7 @@ class Placement(Protocol):
     @property
     def announces_replacement(self) -> bool:
         """True: a session re-opened after its host was lost raises `RuntimeReplacedError`
-        once (`_session.py`, rule 5); False: it re-opens silently."""
+        once (`_generations.py`, rule 1); False: it re-opens silently."""
         ...
 
     @property

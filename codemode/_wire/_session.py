@@ -21,19 +21,9 @@ Rules:
    closed, `ProviderClosedError`.
 4. The pending frontier, preempt and the cell inventory need the host's capabilities; without
    them the operation raises a `CodeModeError` naming the capability.
-5. Re-opening after a loss is silent (design.md, design 3), unless the strategy announces
-   replacements (listening hosts; design.md, host 7, the gRPC reconnect): then the operation
-   that re-opens the session raises `RuntimeReplacedError`, once, and so does every operation
-   that was waiting for that re-opening; later operations run on the new connection. If no
-   host takes the session, the operation fails (`HostLostError`, `AdmissionError`) and the
-   replacement is still owed to the next one. When a cut connection could not be resumed, the
-   operations in flight raise it already (`_slots.py`, rule 2): the re-opening is then silent.
-   Only the opening is retried (by the strategy), never established work.
-6. A session created with `keep_stored_values=True` keeps a copy of what its cells committed
-   (the host sends each commit, `session/committed`); its next generation opens with that
-   copy, and its re-opening is always announced, with `RUNTIME_REPLACED_KEPT` (running cells
-   were lost, stored values were kept), whatever the strategy.
-7. The idempotency keys of the session's requests are kept here, in the application's process
+5. Re-opening after a loss, announced or silent, and the stored values a session keeps for its
+   next generation: `_generations.py` (its rules 1 and 2).
+6. The idempotency keys of the session's requests are kept here, in the application's process
    (`_idempotency`), not in a host: they outlive a replaced host, and a key whose request ran
    on an earlier generation still answers with that outcome (its cell ids are that
    generation's: a new request on them raises `StaleGenerationError`).
@@ -43,9 +33,9 @@ from __future__ import annotations
 
 import collections
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from functools import partial
-from typing import Protocol, TypeVar, final
+from typing import final
 
 import msgspec
 import trio
@@ -70,14 +60,11 @@ from .._checks import check_cell_id, check_execute, check_idempotency_key, check
 from .._idempotency import IdempotencyBook, request_fingerprint
 from .._trio import RunOnce
 from ..errors import (
-    RUNTIME_REPLACED_KEPT,
     AlreadyTerminatingError,
     CodeModeError,
     FrameLimitError,
     HostLostError,
-    InvalidRequestError,
     ProviderClosedError,
-    RuntimeReplacedError,
     SessionShuttingDownError,
     initial_response_taken,
 )
@@ -85,61 +72,21 @@ from ..observability import CellTrace, SessionTraces, TraceContext
 from ..protocol import (
     BUDGET_CAPABILITY,
     INVENTORY_CAPABILITY,
-    KEPT_VALUES_CAPABILITY,
-    LIMITS_CAPABILITY,
     PENDING_FRONTIER_CAPABILITY,
-    WALL_TIME_CAPABILITY,
     YIELD_CAPABILITY,
     CellList,
     Err,
     ExecutionStarted,
     FrameTooLargeError,
     LocalProtocolError,
-    SessionReady,
     UsageReport,
 )
 from ._binding import Binding, unwrap
-from ._link import HostLink
+from ._generations import Generations, SessionOwner
 
 UNCANCELLABLE_TIMEOUT = 60.0
 """Bound on terminate and a session's shutdown, which callers cannot cancel (design.md,
 host 4.2)."""
-
-
-_Opened = TypeVar("_Opened")
-
-
-class SessionOwner(Protocol):
-    """What a session needs of its provider (`_sessions.WireSessions`)."""
-
-    @property
-    def closed(self) -> bool:
-        """The provider is closed (rule 3)."""
-        ...
-
-    @property
-    def nursery(self) -> trio.Nursery:
-        """Where the session's shutdown runs (rule 2)."""
-        ...
-
-    @property
-    def announces_replacement(self) -> bool:
-        """Rule 5."""
-        ...
-
-    def next_session_id(self) -> str:
-        """A session id never used by this provider on any host."""
-        ...
-
-    async def place(
-        self, session: WireSession, open_on: Callable[[HostLink], Awaitable[_Opened]]
-    ) -> _Opened:
-        """Find `session` a host and open it there with `open_on` (the placement strategy)."""
-        ...
-
-    def forget(self, session: WireSession) -> None:
-        """`session` is shut down (or never opened): the provider lets go of it."""
-        ...
 
 
 @final
@@ -156,21 +103,18 @@ class WireSession:
         keep_stored_values: bool = False,
     ) -> None:
         self._provider = provider
-        self._kept: dict[str, bytes] | None = {} if keep_stored_values else None
-        """The committed stored values, kept for the next generation (rule 6)."""
         self._traces = SessionTraces(kind)
-        self._limits = limits
-        self._store_load = store_load
-        self._binding: Binding | None = None
-        self._retired: list[Binding] = []
-        self._generation = 0
-        self._told = 0
-        """The generation whose replacement an operation in flight already announced."""
+        self._generations = Generations(
+            provider,
+            limits,
+            store_load=store_load,
+            keep_stored_values=keep_stored_values,
+            traces=self._traces,
+        )
         self._shutdown = RunOnce()
-        self._bind_lock = trio.Lock()
         self._terminating: set[str] = set()
         self._dropped: collections.deque[Callable[[], None]] = collections.deque()
-        self._keys = IdempotencyBook()  # rule 7
+        self._keys = IdempotencyBook()  # rule 6
 
     @property
     def is_alive(self) -> bool:
@@ -178,10 +122,7 @@ class WireSession:
         after a re-opening that failed)."""
         if self._shutdown.started or self._provider.closed:
             return False
-        binding = self._binding
-        if binding is None:
-            return self._generation == 0  # being opened the first time
-        return binding.link.alive
+        return self._generations.alive
 
     def _check(self) -> None:
         if self._provider.closed:
@@ -191,81 +132,12 @@ class WireSession:
 
     async def _bind(self) -> Binding:
         self._check()
-        binding = self._binding
+        binding = self._generations.binding
         if binding is not None and binding.link.alive:
             # No checkpoint: a request made now is queued before anything the caller's other
             # tasks do next (a wait issued before a tool's result goes out before it).
             return binding
-        generation = self._generation
-        async with self._bind_lock:
-            self._check()
-            binding = self._binding
-            # Rule 6: a session that keeps its stored values always says it was replaced.
-            announce = self._provider.announces_replacement or self._kept is not None
-            if binding is not None and binding.link.alive:
-                # Another operation re-opened the session while this one waited (rule 5).
-                if announce and generation not in (self._generation, self._told):
-                    raise self._replaced()
-                return binding
-            if binding is not None:
-                self._retired.append(binding)
-                self._binding = None
-                if binding.link.announced_replacement(binding.session_id):
-                    self._told = self._generation  # an operation in flight said it already
-            replaced = self._generation > 0 and self._told != self._generation
-            binding = await self._provider.place(self, self._open_on)
-            if announce and replaced:
-                raise self._replaced()
-            return binding
-
-    def _replaced(self) -> RuntimeReplacedError:
-        if self._kept is not None:
-            return RuntimeReplacedError(RUNTIME_REPLACED_KEPT)
-        return RuntimeReplacedError()
-
-    def _committed(self, values: dict[str, bytes]) -> None:
-        """What a cell committed, merged into the kept copy (rule 6)."""
-        if self._kept is not None:
-            self._kept.update(values)
-
-    async def _open_on(self, link: HostLink) -> Binding:
-        """Open the session on `link` as its next generation (the bind lock is held; the
-        placement strategy calls it, on each host it tries)."""
-        limits = None
-        if self._limits != CellLimits():
-            for needed, what, present in (
-                (LIMITS_CAPABILITY, "session resource limits", True),
-                (WALL_TIME_CAPABILITY, "cell wall time limits", self._limits.max_wall_time_ms),
-                (BUDGET_CAPABILITY, "session budgets", self._limits.has_session_budget),
-            ):
-                if present and needed not in link.capabilities:
-                    raise InvalidRequestError(
-                        f"code-mode host does not support {what}: missing `{needed}` capability"
-                    )
-            limits = self._limits
-        keeping = self._kept is not None
-        if keeping and KEPT_VALUES_CAPABILITY not in link.capabilities:
-            raise InvalidRequestError(
-                "code-mode host does not support kept stored values: missing"
-                f" `{KEPT_VALUES_CAPABILITY}` capability"
-            )
-        session_id = self._provider.next_session_id()
-        ready = unwrap(
-            await link.open_session(
-                session_id,
-                limits,
-                store_load=self._store_load,
-                stored_values=dict(self._kept) if self._kept else None,
-                on_commit=self._committed if keeping else None,
-            )
-        )
-        if not isinstance(ready, SessionReady):
-            raise HostLostError("code-mode host returned an invalid open-session response")
-        self._generation += 1
-        self._binding = Binding(link, session_id, self._generation)
-        if self._generation > 1:
-            self._traces.host_replaced()
-        return self._binding
+        return await self._generations.next(self, self._check)
 
     async def execute(
         self,
@@ -278,7 +150,7 @@ class WireSession:
         """Admit and start a cell in the host; its first response comes later
         (`observe_initial=False`: the `StartedCell` is released already; the host is told at
         once, and whatever its initial observation took goes to the cell's next `wait`).
-        `idempotency_key`: a repeat returns a `StartedCell` of the same cell (rule 7).
+        `idempotency_key`: a repeat returns a `StartedCell` of the same cell (rule 6).
 
         Cancelled before it returns, the cell (if the host admitted it) is terminated.
         """
@@ -593,8 +465,7 @@ class WireSession:
 
     async def _shut_down(self) -> None:
         try:
-            async with self._bind_lock:
-                bindings = [*self._retired, *([self._binding] if self._binding else [])]
+            bindings = await self._generations.all_bindings()
             for binding in bindings:
                 await self._close(binding)
         finally:

@@ -4,7 +4,7 @@ placement of sessions on them, and the retirement of idle hosts (`codemode._wire
 
 A *slot* holds at most one live host at a time (a `HostLink`); a pool of `hosts=N` has N slots,
 each spawned on demand. With one slot this is exactly the shared host of design.md, design 3.
-A session re-opened on a replacement host says nothing of it (`_wire/_session.py`, rule 5).
+A session re-opened on a replacement host says nothing of it (`_wire/_generations.py`, rule 1).
 
 Rules:
 1. Spawning: a slot's host is spawned when a session placed on it needs one, one spawn at a time

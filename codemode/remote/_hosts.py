@@ -5,7 +5,7 @@ One connection per host address, opened on first use and shared by the sessions 
 each connection has its own sessions and admission limits on the host. A lost connection is a
 lost host: its sessions fail what was in flight, and each re-opens on a fresh connection (to
 that host or another) with its next operation, which raises `RuntimeReplacedError` once (this
-strategy announces replacements: `_wire/_session.py`, rule 5; design.md, host 7).
+strategy announces replacements: `_wire/_generations.py`, rule 1; design.md, host 7).
 
 Rules:
 1. Placement: a new (or re-opened) session goes to the host holding the fewest of this
