@@ -484,11 +484,15 @@ class Requests:
             operation.cancel()
 
     async def shutdown(self) -> None:
-        """Shut every session down (the client went away)."""
-        async with trio.open_nursery() as nursery:
-            for session in self._sessions.values():
-                nursery.start_soon(session.shutdown)
-        self._sessions.clear()
+        """Shut every session down (the client went away), and let go of the engine, which
+        may outlive the connection (a listening host's)."""
+        try:
+            async with trio.open_nursery() as nursery:
+                for session in self._sessions.values():
+                    nursery.start_soon(session.shutdown)
+            self._sessions.clear()
+        finally:
+            self._engine.forget_release(self._workers.dismiss_parked)
 
 
 def _nothing() -> None:

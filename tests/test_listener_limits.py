@@ -13,6 +13,9 @@ from importlib.metadata import version
 
 import pytest
 import trio
+import trio.testing
+from codemode_host.engine import open_engine
+from codemode_host.server import serve_connection
 
 import codemode
 from codemode import HostLostError
@@ -149,3 +152,17 @@ async def test_host_lost_names_the_closed_connection() -> None:
                 with pytest.raises(HostLostError):
                     await run(await second.create_session(), RecordingDelegate(), "text(1)")
             assert await host.stop() == 0
+
+
+async def test_connections_on_a_shared_engine_leave_nothing_on_it() -> None:
+    """A listening host's engine outlives its connections: each connection's hooks on it go
+    with the connection (one of them kept every connection's call workers alive)."""
+    with trio.fail_after(30):
+        async with open_engine(workers=1, release_when_idle=True) as engine:
+            for _ in range(3):
+                client, host = trio.testing.memory_stream_pair()
+                hello = Hello(supported_versions=[1], codemode_version=version("codemode"))
+                await client.send_all(FrameEncoder().encode(hello))
+                await client.aclose()
+                await serve_connection(host, host, engine=engine, inventory_signal=False)
+                assert engine.release_hooks == 0

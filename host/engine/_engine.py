@@ -156,6 +156,17 @@ class Engine:
         with the rest. It must not block nor raise."""
         self._before_release.append(drop)
 
+    def forget_release(self, drop: Callable[[], None]) -> None:
+        """`drop` is no longer called (its owner ended: a connection of a listening host,
+        whose engine outlives it, must not be kept alive by it)."""
+        if drop in self._before_release:
+            self._before_release.remove(drop)
+
+    @property
+    def release_hooks(self) -> int:
+        """How many `on_release` callbacks are registered (for leak checks)."""
+        return len(self._before_release)
+
     def call_after_dispatch(self, fn: Callable[[], None]) -> bool:
         """While the collector hands a batch of events to the cells' handlers: `fn()` runs once
         the whole batch is handed out, in the same step (True). Anywhere else nothing is
