@@ -1,10 +1,9 @@
 """The listener under load: many clients running cells through one listening host beside a
 crowd of silent connections, and whether the host gives its memory and descriptors back.
 
-A `codemode-host --listen tcp://127.0.0.1:0` process is started with its connection bounds
-raised for the run (`--max-waiting-connections` above the silent connections plus the clients,
-`--max-connections` above the clients; the hello deadline is the host's default, 10 s, unless
-`--hello-timeout`). Then, in order:
+A `codemode-host --listen` process (`_listener_host.py`) is started with its connection bounds
+raised above the silent connections and the clients (the hello deadline is the host's
+default, 10 s, unless `--hello-timeout`). Then, in order:
 
 1. warm-up: one client runs a few cells and leaves, so that what the first cells load once
    (the engine's workers, lazy imports) is in the baseline; the host's RSS and open
@@ -48,10 +47,8 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,20 +57,24 @@ import trio
 
 import codemode
 from benchmarks._cells import Delegate, run_cell
+from benchmarks._listener_host import (
+    Host,
+    Silent,
+    Watch,
+    back_to,
+    listening_host,
+    read_line,
+    sample_peaks,
+    settled_rss,
+    silent_connection,
+)
 from benchmarks._measure import WorkloadError
-from benchmarks._proc import CpuSample, rss_bytes
+from benchmarks._proc import CpuSample
 
 CELL = "const r = await tools.echo({}); text('ok')"
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = ROOT / "benchmarks" / "results" / "listener.json"
-PREFIX = b"codemode-host listening on "
 CONNECTING_AT_ONCE = 64
-SAMPLE_EVERY = 0.25
-RETURN_BOUND = 60.0
-"""Seconds the host has to close its descriptors after the clients left."""
-SETTLE_BOUND = 15.0
-"""Seconds its RSS is watched after that, until it has not fallen for `SETTLE_QUIET`."""
-SETTLE_QUIET = 3.0
 CONNECT_BOUND = 120.0
 """Seconds every client has to connect and open its sessions."""
 
@@ -185,133 +186,6 @@ async def client_worker(address: str, clients: int, sessions: int, pause: float)
     print(json.dumps({"clients": [asdict(result) for result in results], "cpu": cpu}), flush=True)
 
 
-# -- the host and the silent connections ------------------------------------------------------
-
-
-class Host:
-    def __init__(self, process: trio.Process, address: str, log: Path) -> None:
-        self.process = process
-        self.address = address
-        self.log = log
-        self.pid = process.pid
-
-    def fds(self) -> int:
-        return len(os.listdir(f"/proc/{self.pid}/fd"))
-
-    def rss(self) -> int:
-        return rss_bytes(self.pid)
-
-    def log_count(self, text: str) -> int:
-        return self.log.read_text(errors="replace").count(text)
-
-
-@asynccontextmanager
-async def listening_host(options: Sequence[str]) -> AsyncIterator[Host]:
-    with tempfile.NamedTemporaryFile(prefix="codemode-listener-", suffix=".log") as log:
-        environment = {
-            name: value
-            for name, value in os.environ.items()
-            if name not in {"CODEMODE_HOST_PARENT", "CODEMODE_HOST_TOKEN"}
-        }
-        process = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "codemode_host", "--listen", "tcp://127.0.0.1:0", *options],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            env=environment,
-        )
-        try:
-            assert process.stdout is not None
-            line = b""
-            while not line.endswith(b"\n"):
-                chunk = await process.stdout.receive_some(1)
-                if not chunk:
-                    raise RuntimeError(f"the host did not listen: {line!r}")
-                line += chunk
-            if not line.startswith(PREFIX):
-                raise RuntimeError(f"the host did not listen: {line!r}")
-            yield Host(process, line[len(PREFIX) :].decode().strip(), Path(log.name))
-        finally:
-            with trio.CancelScope(shield=True):
-                process.terminate()
-                with trio.move_on_after(15):
-                    await process.wait()
-                if process.returncode is None:
-                    process.kill()
-                    await process.wait()
-                if process.stdout is not None:
-                    await process.stdout.aclose()
-
-
-@dataclass
-class Silent:
-    """The silent connections' tally."""
-
-    present: int = 0
-    opened: int = 0
-    evicted: int = 0
-    refused: int = 0
-    all_opened: trio.Event = field(default_factory=trio.Event)
-
-
-async def _silent_connection(
-    host: str, port: int, tally: Silent, limiter: trio.CapacityLimiter, target: int
-) -> None:
-    while True:
-        try:
-            async with limiter:
-                stream = await trio.open_tcp_stream(host, port)
-        except OSError:
-            tally.refused += 1
-            await trio.sleep(0.1)
-            continue
-        tally.present += 1
-        tally.opened += 1
-        if tally.opened == target:
-            tally.all_opened.set()
-        try:
-            async with stream:
-                try:
-                    while await stream.receive_some(4096):
-                        pass  # whatever the host says before closing
-                except trio.BrokenResourceError:
-                    pass
-            tally.evicted += 1
-        finally:
-            tally.present -= 1
-
-
-# -- the run ----------------------------------------------------------------------------------
-
-
-@dataclass
-class Watch:
-    """The host's RSS and descriptors sampled during the run: their peaks."""
-
-    rss: int = 0
-    fds: int = 0
-    samples: int = 0
-
-
-async def _watch(host: Host, watch: Watch) -> None:
-    while True:
-        watch.rss = max(watch.rss, host.rss())
-        watch.fds = max(watch.fds, host.fds())
-        watch.samples += 1
-        await trio.sleep(SAMPLE_EVERY)
-
-
-async def _read_line(stream: trio.abc.ReceiveStream, buffer: bytearray) -> bytes:
-    while b"\n" not in buffer:
-        chunk = await stream.receive_some(65536)
-        if not chunk:
-            raise RuntimeError(f"a client process ended early: {bytes(buffer[-200:])!r}")
-        buffer += chunk
-    line, _, rest = bytes(buffer).partition(b"\n")
-    buffer[:] = rest
-    return line
-
-
 def _split(total: int, parts: int) -> list[int]:
     return [total // parts + (1 if index < total % parts else 0) for index in range(parts)]
 
@@ -343,7 +217,7 @@ async def _client_processes(
         with trio.fail_after(CONNECT_BOUND):
             for process, buffer in zip(processes, buffers, strict=True):
                 assert process.stdout is not None
-                line = await _read_line(process.stdout, buffer)
+                line = await read_line(process.stdout, buffer)
                 if line != b"ready":
                     raise RuntimeError(f"a client process said {line!r}")
         started = time.perf_counter()
@@ -354,7 +228,7 @@ async def _client_processes(
         with trio.fail_after(size.duration + CONNECT_BOUND):
             for process, buffer in zip(processes, buffers, strict=True):
                 assert process.stdout is not None
-                outputs.append(json.loads(await _read_line(process.stdout, buffer)))
+                outputs.append(json.loads(await read_line(process.stdout, buffer)))
             wall = time.perf_counter() - started
             for process in processes:
                 await process.wait()
@@ -366,28 +240,6 @@ async def _client_processes(
                 await process.wait()
     clients = [client for output in outputs for client in output["clients"]]
     return clients, [output["cpu"] for output in outputs], wall
-
-
-async def _back_to(host: Host, fds: int) -> tuple[int, float]:
-    """Poll the host's descriptors until they are at most `fds` (bounded); the count and how
-    long it took."""
-    start = time.perf_counter()
-    with trio.move_on_after(RETURN_BOUND):
-        while host.fds() > fds:  # noqa: ASYNC110 - another process's state: nothing to wait on
-            await trio.sleep(0.1)
-    return host.fds(), time.perf_counter() - start
-
-
-async def _settled_rss(host: Host) -> int:
-    """The host's RSS once it has not fallen for `SETTLE_QUIET` s (at most `SETTLE_BOUND`)."""
-    lowest, since = host.rss(), time.perf_counter()
-    with trio.move_on_after(SETTLE_BOUND):
-        while time.perf_counter() - since < SETTLE_QUIET:
-            await trio.sleep(0.25)
-            now = host.rss()
-            if now < lowest:
-                lowest, since = now, time.perf_counter()
-    return host.rss()
 
 
 def _percentile(ordered: Sequence[float], fraction: float) -> float:
@@ -408,8 +260,8 @@ async def measure(size: Size) -> dict[str, Any]:
             session = await provider.create_session()
             for _ in range(20):
                 await run_cell(session, CELL, Delegate(), ["echo"])
-        base_fds, _ = await _back_to(host, start_fds)
-        base_rss = await _settled_rss(host)
+        base_fds, _ = await back_to(host, start_fds)
+        base_rss = await settled_rss(host)
         cpu_before = CpuSample(host.pid)
 
         watch = Watch()
@@ -418,11 +270,11 @@ async def measure(size: Size) -> dict[str, Any]:
         for _ in range(size.rounds):
             tally = Silent()
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_watch, host, watch)
+                nursery.start_soon(sample_peaks, host, watch)
                 limiter = trio.CapacityLimiter(CONNECTING_AT_ONCE)
                 for _ in range(size.silent):
                     nursery.start_soon(
-                        _silent_connection, name, int(port), tally, limiter, size.silent
+                        silent_connection, name, int(port), tally, limiter, size.silent
                     )
                 if size.silent:
                     with trio.fail_after(CONNECT_BOUND):
@@ -433,8 +285,8 @@ async def measure(size: Size) -> dict[str, Any]:
                 present_at_end = tally.present
                 nursery.cancel_scope.cancel()
             left_at = time.perf_counter()
-            after_fds, returned_s = await _back_to(host, base_fds)
-            after_rss = await _settled_rss(host)
+            after_fds, returned_s = await back_to(host, base_fds)
+            after_rss = await settled_rss(host)
             rounds.append(
                 {
                     "cells": sum(client["cells"] for client in clients),
