@@ -5,9 +5,8 @@ A `codemode-host --listen` process (`_listener_host.py`) is started with its con
 raised above the silent connections and the clients (the hello deadline is the host's
 default, 10 s, unless `--hello-timeout`). Then, in order:
 
-1. warm-up: one client runs a few cells and leaves, so that what the first cells load once
-   (the engine's workers, lazy imports) is in the baseline; the host's RSS and open
-   descriptors (/proc/<pid>/status, /proc/<pid>/fd) are the *baseline*;
+1. warm-up: one client runs a few cells and leaves (what the first cells load once is in the
+   baseline); the host's RSS and open descriptors are then the *baseline*;
 2. `--silent` TCP connections are opened (at most 64 connecting at once: the listen backlog is
    128) that never send a hello; the host closes each at its hello deadline and each is
    opened again at once, so that about `--silent` are present for the whole run; each close
