@@ -1,5 +1,6 @@
-"""A TCP proxy for the resume tests: it forwards each connection to a listening host and, on
-command, cuts, stalls or half-opens them (docs/durability.md).
+"""A proxy for the resume tests: it forwards each connection to a listening host (over TCP or
+a Unix socket, on either side) and, on command, cuts, stalls or half-opens them
+(docs/durability.md).
 
 Everything is driven by the test, never by time: `cut()` resets every connection now (both
 sides see it; bytes in flight are lost, mid-frame perhaps), `half_open()` drops only the
@@ -10,10 +11,14 @@ once `n` more bytes went from the host to the client, so a cut can land inside a
 
 from __future__ import annotations
 
+import socket
+import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import trio
+
+from codemode._trio._sockets import HostAddress, connect, open_listener, parse_address
 
 CHUNK = 16 * 1024
 
@@ -28,9 +33,10 @@ class _Pair:
 
 
 class CuttingProxy:
-    def __init__(self, target: tuple[str, int]) -> None:
+    def __init__(self, target: HostAddress, listen: HostAddress) -> None:
         self._target = target
-        self.port = 0
+        self._listen = listen
+        self.address = ""
         self._pairs: set[_Pair] = set()
         self._flowing = trio.Event()
         self._flowing.set()
@@ -38,10 +44,6 @@ class CuttingProxy:
         self._cut_after: int | None = None
         self.accepted = 0
         self.cuts = 0
-
-    @property
-    def address(self) -> str:
-        return f"tcp://127.0.0.1:{self.port}"
 
     @property
     def connections(self) -> int:
@@ -73,21 +75,22 @@ class CuttingProxy:
         self._cut_after = count
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        self.port = listeners[0].socket.getsockname()[1]
+        listener, bound = await open_listener(self._listen)
+        self.address = str(bound)
         async with trio.open_nursery() as nursery:
             task_status.started()
-            await trio.serve_listeners(self._handle, listeners, handler_nursery=nursery)
+            await trio.serve_listeners(self._handle, [listener], handler_nursery=nursery)
 
     async def _handle(self, client: trio.SocketStream) -> None:
         if self._refusing:
             await trio.aclose_forcefully(client)
             return
         try:
-            host = await trio.open_tcp_stream(*self._target)
+            host = await connect(self._target)
         except OSError:
             await trio.aclose_forcefully(client)
             return
+        assert isinstance(host, trio.SocketStream)
         self.accepted += 1
         pair = _Pair(client, host)
         self._pairs.add(pair)
@@ -131,10 +134,10 @@ class CuttingProxy:
 
 
 def _reset(stream: trio.SocketStream) -> None:
-    """Close with a reset (SO_LINGER 0), as a broken network path looks to both ends."""
-    import socket
-    import struct
-
+    """Close with a reset (SO_LINGER 0), as a broken network path looks to both ends (a Unix
+    socket has no reset: it just closes)."""
+    if stream.socket.family == socket.AF_UNIX:
+        return
     try:
         stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     except OSError:
@@ -142,10 +145,11 @@ def _reset(stream: trio.SocketStream) -> None:
 
 
 @asynccontextmanager
-async def cutting_proxy(target_address: str) -> AsyncIterator[CuttingProxy]:
-    """A proxy in front of the host at `target_address` (tcp://HOST:PORT)."""
-    host, _, port = target_address.removeprefix("tcp://").rpartition(":")
-    proxy = CuttingProxy((host, int(port)))
+async def cutting_proxy(
+    target_address: str, listen: str = "tcp://127.0.0.1:0"
+) -> AsyncIterator[CuttingProxy]:
+    """A proxy listening at `listen` in front of the host at `target_address`."""
+    proxy = CuttingProxy(parse_address(target_address), parse_address(listen))
     async with trio.open_nursery() as nursery:
         await nursery.start(proxy.serve)
         yield proxy

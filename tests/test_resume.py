@@ -134,6 +134,21 @@ async def test_a_cut_inside_a_large_output_frame_loses_nothing() -> None:
             assert proxy.cuts == 1
 
 
+async def test_a_cut_unix_socket_connection_resumes(tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        async with (
+            listening_host(listen=f"unix:{tmp_path / 'host.sock'}") as host,
+            cutting_proxy(host.address, listen=f"unix:{tmp_path / 'proxy.sock'}") as proxy,
+            codemode.open_remote_provider([proxy.address]) as provider,
+        ):
+            session = await provider.create_session()
+            delegate = RecordingDelegate()
+            assert texts(await run(session, delegate, "store('k', 1); text('a')")) == ["a"]
+            proxy.cut()
+            assert texts(await run(session, delegate, "text(String(load('k')))")) == ["1"]
+            assert proxy.accepted == 2
+
+
 async def test_a_half_open_connection_is_taken_over_by_the_resume() -> None:
     """The host never saw the cut: the client's resume makes it let go of the old stream."""
     with trio.fail_after(60):
