@@ -19,7 +19,7 @@ import trio.testing
 import codemode
 from codemode import Completed, HostLostError, InputText, Yielded
 from codemode._trio._heartbeat import HEARTBEAT_INTERVAL, HEARTBEAT_MISSES
-from codemode._wire._link import CLOSE_TIMEOUT
+from codemode._wire import CLOSE_TIMEOUT
 from codemode.process._provider import IDLE_HOST_TIMEOUT
 from tests.delegates import RecordingDelegate
 from tests.memory_host import (

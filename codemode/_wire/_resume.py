@@ -1,5 +1,5 @@
 """Resuming a host link's cut connection: reconnect, present the token, wait for the answer
-(`HostLink` rule 4; docs/protocol.md, "Resuming a cut connection").
+(`_link_core.py`, rule 4; docs/protocol.md, "Resuming a cut connection").
 
 The sans-IO connection keeps every frame the host has not acknowledged and counts what it
 received (`codemode.protocol._replay`); a `Resumer` only finds a new stream for it. It runs as
@@ -29,7 +29,7 @@ from ..errors import HostLostError
 from ._transport import HostTransport, NothingListeningError
 
 if TYPE_CHECKING:
-    from ._link import HostLink
+    from ._link_core import LinkCore
 
 logger = logging.getLogger("codemode.process")
 
@@ -44,7 +44,7 @@ ANSWER_TIMEOUT = 5.0
 class Resumer:
     """Finds a new stream for a cut connection, until the host's grace ends."""
 
-    def __init__(self, transport: HostTransport, link: HostLink, grace: float, reason: str) -> None:
+    def __init__(self, transport: HostTransport, link: LinkCore, grace: float, reason: str) -> None:
         self._transport = transport
         self._link = link
         self._grace = grace

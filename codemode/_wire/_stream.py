@@ -1,5 +1,5 @@
 """One stream pair a host link's connection is on: its writer, its reader and its heartbeat,
-until the stream ends or the link lets go of it (`_link.py`; a resumed connection is on
+until the stream ends or the link lets go of it (`_link_core.py`; a resumed connection is on
 several, one after another: its rule 4).
 
 A `LinkStream` does no protocol: it hands what it reads to its link (`StreamOwner.received`)

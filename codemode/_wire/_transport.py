@@ -30,7 +30,7 @@ import trio
 from ..errors import HostLostError
 
 DRAIN_TIMEOUT = 1.0
-"""Seconds to read what an exited host left in its stdout pipe (`HostLink` rule 2)."""
+"""Seconds to read what an exited host left in its stdout pipe (`_link_core.py`, rule 2)."""
 CONNECT_TIMEOUT = 10.0
 """Seconds to reach a listening host (TCP connect, and the TLS handshake if any)."""
 PARENT_VARIABLE = "CODEMODE_HOST_PARENT"

@@ -137,7 +137,7 @@ class SpawnedHost(HostTransport):
     ) -> None:
         status = await process.wait()
         with trio.move_on_after(DRAIN_TIMEOUT):
-            await read_done.wait()  # HostLink rule 2
+            await read_done.wait()  # rule 2 of `codemode._wire._link_core`
         lost(f"code-mode host exited with status {status}")
 
     def exit_status(self) -> int | None:
