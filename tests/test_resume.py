@@ -68,6 +68,16 @@ async def behind_a_proxy(
         yield host, proxy, provider
 
 
+async def _survives_a_cut(provider: codemode.Provider, proxy: CuttingProxy) -> None:
+    """A session's stored value outlives a cut: the connection was resumed, not replaced."""
+    session = await provider.create_session()
+    delegate = RecordingDelegate()
+    assert texts(await run(session, delegate, "store('k', 1); text('a')")) == ["a"]
+    proxy.cut()
+    assert texts(await run(session, delegate, "text(String(load('k')))")) == ["1"]
+    assert proxy.accepted == 2
+
+
 def _collect(into: list[str], response: RuntimeResponse | Pending) -> bool:
     """Add the response's lines; True once the cell ended."""
     into.extend(texts(response))
@@ -141,12 +151,7 @@ async def test_a_cut_unix_socket_connection_resumes(tmp_path: Path) -> None:
             cutting_proxy(host.address, listen=f"unix:{tmp_path / 'proxy.sock'}") as proxy,
             codemode.open_remote_provider([proxy.address]) as provider,
         ):
-            session = await provider.create_session()
-            delegate = RecordingDelegate()
-            assert texts(await run(session, delegate, "store('k', 1); text('a')")) == ["a"]
-            proxy.cut()
-            assert texts(await run(session, delegate, "text(String(load('k')))")) == ["1"]
-            assert proxy.accepted == 2
+            await _survives_a_cut(provider, proxy)
 
 
 async def test_a_half_open_connection_is_taken_over_by_the_resume() -> None:
@@ -331,9 +336,4 @@ async def test_a_cut_tls_connection_resumes_with_a_new_tls_session(tmp_path: Pat
             async with codemode.open_remote_provider(
                 [proxy.address], ssl_context=trusting
             ) as provider:
-                session = await provider.create_session()
-                delegate = RecordingDelegate()
-                assert texts(await run(session, delegate, "store('k', 1); text('a')")) == ["a"]
-                proxy.cut()
-                assert texts(await run(session, delegate, "text(String(load('k')))")) == ["1"]
-                assert proxy.accepted == 2
+                await _survives_a_cut(provider, proxy)
