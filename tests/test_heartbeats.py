@@ -12,7 +12,7 @@ import os
 import re
 import signal
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
 from importlib.metadata import version
 from pathlib import Path
 
@@ -52,7 +52,10 @@ def stopped(pid: int) -> Iterator[None]:
     try:
         yield
     finally:
-        os.kill(pid, signal.SIGCONT)
+        # A host declared lost is killed and may be reaped already (soonest on a loaded
+        # machine): nothing is left to continue.
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
 
 
 async def _loses_a_stopped_host(provider: Provider, pid: int) -> None:
