@@ -18,7 +18,10 @@ Rules:
    that is not a `CodeModeError`, a bug's) leaves nothing behind: its retry acts anew.
 3. A book holds at most `MAX_KEYS` keys, the oldest (by first use) dropped first, even one
    still in flight (its waiters still get its outcome); a key is dropped `KEY_SECONDS` after
-   its request ended, on trio's clock. A key dropped is new again.
+   its request ended, on trio's clock. The outcomes it keeps hold at most `MAX_KEPT_BYTES` of
+   output (`outcome_bytes`: a response is mostly its output, which a cell may make megabytes
+   of); past that, the oldest keys whose requests ended are dropped, the newest last (so an
+   outcome larger than the bound is returned and not kept). A key dropped is new again.
 4. A keyed execute's outcome is the cell; each call gets a `StartedCell` of its own, and they
    share the cell's one initial observation (`SharedInitial`).
 """
@@ -27,12 +30,23 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable, Hashable
+from functools import partial
 from typing import TypeVar, cast
 
 import msgspec
 import trio
 
-from ._api import ExecuteRequest, Pending, RuntimeResponse, WaitOutcome, WaitRequest
+from ._api import (
+    ContentItem,
+    ExecuteRequest,
+    InputText,
+    LiveCell,
+    MissingCell,
+    Pending,
+    RuntimeResponse,
+    WaitOutcome,
+    WaitRequest,
+)
 from ._started import StartedCell
 from .errors import (
     CodeModeError,
@@ -45,6 +59,8 @@ MAX_KEYS = 1024
 """The keys a book holds (rule 3): per session, and per `CodeMode`."""
 KEY_SECONDS = 600.0
 """How long a key outlives the end of its request (rule 3), in seconds of trio's clock."""
+MAX_KEPT_BYTES = 64 << 20
+"""The output a book's outcomes may hold (rule 3), counted by `outcome_bytes`."""
 
 _T = TypeVar("_T")
 
@@ -70,6 +86,27 @@ def call_key(*parts: str) -> str:
     return digest.hexdigest()
 
 
+def content_bytes(items: list[ContentItem]) -> int:
+    """What output items hold: the characters of the texts and of the images' URLs (a
+    character takes a byte or more), without encoding them again."""
+    return sum(
+        len(item.text) if isinstance(item, InputText) else len(item.image_url) for item in items
+    )
+
+
+def outcome_bytes(outcome: object) -> int:
+    """What a session's outcome holds of output (rule 3): a response's, a wait's response's, or
+    the shared initial response of a keyed execute once taken; an error's text."""
+    if isinstance(outcome, LiveCell | MissingCell):
+        outcome = outcome.response
+    elif isinstance(outcome, SharedInitial):
+        outcome = outcome.taken
+    if isinstance(outcome, BaseException):
+        return len(str(outcome))
+    items = getattr(outcome, "content_items", None)
+    return content_bytes(items) if isinstance(items, list) else 0
+
+
 def _again(error: CodeModeError) -> CodeModeError:
     """A fresh copy of `error` (rule 2): raising one object from every retry would grow its
     traceback with each, and keep the first one's frames alive. Its `__init__` is not run
@@ -82,9 +119,10 @@ def _again(error: CodeModeError) -> CodeModeError:
 class _Entry:
     """One key's request: its fingerprint, and its outcome once it ended."""
 
-    __slots__ = ("ended", "error", "expires", "fingerprint", "over", "value")
+    __slots__ = ("ended", "error", "expires", "fingerprint", "kept", "key", "over", "value")
 
-    def __init__(self, fingerprint: Hashable) -> None:
+    def __init__(self, key: str, fingerprint: Hashable) -> None:
+        self.key = key
         self.fingerprint = fingerprint
         self.over = trio.Event()
         """Set when the request ended, with an outcome (`ended`) or without one."""
@@ -92,6 +130,8 @@ class _Entry:
         self.value: object = None
         self.error: CodeModeError | None = None
         self.expires = float("inf")
+        self.kept = 0
+        """The output its outcome holds, as the book counted it (rule 3)."""
 
     def outcome(self) -> object:
         if self.error is not None:
@@ -100,15 +140,36 @@ class _Entry:
 
 
 class IdempotencyBook:
-    """A session's keys and the outcomes of their requests (rules 1-3)."""
+    """A session's keys and the outcomes of their requests (rules 1-3).
 
-    def __init__(self, *, max_keys: int = MAX_KEYS, key_seconds: float = KEY_SECONDS) -> None:
+    Args:
+        max_keys, key_seconds, max_bytes: the bounds of rule 3 (`max_bytes` None:
+            `MAX_KEPT_BYTES` as it is when the book is made).
+        measure: what an outcome holds, for `max_bytes` (`outcome_bytes` by default).
+    """
+
+    def __init__(
+        self,
+        *,
+        max_keys: int = MAX_KEYS,
+        key_seconds: float = KEY_SECONDS,
+        max_bytes: int | None = None,
+        measure: Callable[[object], int] = outcome_bytes,
+    ) -> None:
         self._entries: dict[str, _Entry] = {}  # oldest first (rule 3)
         self._max_keys = max_keys
         self._key_seconds = key_seconds
+        self._max_bytes = MAX_KEPT_BYTES if max_bytes is None else max_bytes
+        self._measure = measure
+        self._kept = 0  # the sum of the held entries' `kept`
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @property
+    def kept_bytes(self) -> int:
+        """The output the outcomes held now keep (rule 3)."""
+        return self._kept
 
     async def run(
         self, key: str | None, fingerprint: Hashable, act: Callable[[], Awaitable[_T]]
@@ -141,17 +202,20 @@ class IdempotencyBook:
             # what waits behind it).
             oldest = next(iter(entries))
             if entries[oldest].expires <= now:
-                del entries[oldest]
+                self._drop(oldest)
         entry = entries.get(key)
         if entry is not None and entry.expires <= now:
-            del entries[key]
+            self._drop(key)
             return None
         return entry
 
+    def _drop(self, key: str) -> None:
+        self._kept -= self._entries.pop(key).kept
+
     async def _act(self, key: str, fingerprint: Hashable, act: Callable[[], Awaitable[_T]]) -> _T:
-        entry = _Entry(fingerprint)
+        entry = _Entry(key, fingerprint)
         while len(self._entries) >= self._max_keys:
-            del self._entries[next(iter(self._entries))]
+            self._drop(next(iter(self._entries)))
         self._entries[key] = entry
         try:
             value = await act()
@@ -161,7 +225,7 @@ class IdempotencyBook:
             raise
         except BaseException:
             if self._entries.get(key) is entry:
-                del self._entries[key]
+                self._drop(key)
             entry.over.set()
             raise
         entry.value = value
@@ -172,6 +236,21 @@ class IdempotencyBook:
         entry.ended = True
         entry.expires = trio.current_time() + self._key_seconds
         entry.over.set()
+        self._keep(entry, self._measure(entry.error if entry.error is not None else entry.value))
+
+    def _keep(self, entry: _Entry, size: int) -> None:
+        """Count what `entry`'s outcome holds (if the book still holds it), then drop the
+        oldest ended entries while the outcomes hold more than the bound (rule 3)."""
+        if self._entries.get(entry.key) is not entry:
+            return  # dropped while in flight: its waiters have its outcome, the book not
+        entry.kept += size
+        self._kept += size
+        if self._kept <= self._max_bytes:
+            return
+        for key in [key for key, held in self._entries.items() if held.ended]:
+            self._drop(key)
+            if self._kept <= self._max_bytes:
+                return
 
     async def execute(
         self,
@@ -190,12 +269,20 @@ class IdempotencyBook:
             window = request.yield_time_ms
             if window is None:
                 window = WaitRequest(cell_id=started.cell_id).yield_time_ms
-            return SharedInitial(
+            shared = SharedInitial(
                 started, WaitRequest(cell_id=started.cell_id, yield_time_ms=window), wait
             )
+            # The response is taken after the key's request ended: counted then (rule 3).
+            shared.on_taken = partial(self._taken_later, key, shared)
+            return shared
 
         shared = await self.run(key, request_fingerprint("execute", request), act)
         return shared.started(observe_initial)
+
+    def _taken_later(self, key: str, shared: SharedInitial, response: RuntimeResponse) -> None:
+        entry = self._entries.get(key)
+        if entry is not None and entry.value is shared:
+            self._keep(entry, self._measure(response))
 
 
 class SharedInitial:
@@ -215,7 +302,7 @@ class SharedInitial:
       (`_started`).
     """
 
-    __slots__ = ("_given_up", "_request", "_response", "_started", "_taking", "_wait")
+    __slots__ = ("_given_up", "_request", "_response", "_started", "_taking", "_wait", "on_taken")
 
     def __init__(
         self,
@@ -229,6 +316,13 @@ class SharedInitial:
         self._given_up = False  # `_started` was awaited or released
         self._response: RuntimeResponse | None = None
         self._taking: trio.Event | None = None
+        self.on_taken: Callable[[RuntimeResponse], None] | None = None
+        """Told the response once it was taken (the book counts what it holds)."""
+
+    @property
+    def taken(self) -> RuntimeResponse | None:
+        """The shared response, once taken."""
+        return self._response
 
     def started(self, observe_initial: bool) -> StartedCell:
         """A `StartedCell` of the cell for one call of the key."""
@@ -260,6 +354,8 @@ class SharedInitial:
                     self._given_up = True
                     response = await self._started.initial_response()
                 self._response = response
+                if self.on_taken is not None:
+                    self.on_taken(response)
                 return response
             finally:
                 self._taking = None

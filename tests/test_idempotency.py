@@ -33,6 +33,7 @@ from codemode import (
     WaitOutcome,
     WaitRequest,
     Yielded,
+    _idempotency,
 )
 from codemode._idempotency import KEY_SECONDS, MAX_KEYS, IdempotencyBook
 from tests.conftest import Provider
@@ -465,6 +466,89 @@ async def test_the_oldest_key_is_forgotten_past_the_count() -> None:
             with pytest.raises(InvalidRequestError) as raised:
                 await session.wait(WaitRequest(cell_id="1"), idempotency_key="key-2")
             assert str(raised.value) == reused("key-2")
+
+
+async def test_the_oldest_outcomes_are_forgotten_past_the_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A remembered wait keeps its response and a keyed execute its initial response, output
+    and all: past `MAX_KEPT_BYTES` the oldest keys go, so a session's keys cannot hold a
+    thousand large outputs."""
+    monkeypatch.setattr(_idempotency, "MAX_KEPT_BYTES", 1500)
+    delegate = RecordingDelegate()
+    prints = request('text("c".repeat(1000))')
+    with trio.fail_after(30):
+        async with codemode.open_in_process_provider() as provider:
+            session = await provider.create_session()
+            first = await session.execute(prints, delegate, idempotency_key="exec")
+            assert texts(await first.initial_response()) == ["c" * 1000]  # counted once taken
+            started = await execute(
+                session, delegate, 'text("a"); yield_control(); text("b".repeat(1000))'
+            )
+            assert isinstance(await started.initial_response(), Yielded)
+            wait = WaitRequest(cell_id=started.cell_id, yield_time_ms=LONG_MS)
+            done = await session.wait(wait, idempotency_key="wait")
+            assert texts(done) == ["b" * 1000]
+            # 2,000 held: `exec`, the oldest, went.
+            assert await session.wait(wait, idempotency_key="wait") == done
+            again = await session.execute(prints, delegate, idempotency_key="exec")
+            assert again.cell_id != first.cell_id  # new again: another cell
+            assert texts(await again.initial_response()) == ["c" * 1000]
+            # 2,000 held again: `wait` went, and a new wait of the closed cell finds nothing.
+            assert isinstance(await session.wait(wait, idempotency_key="wait"), MissingCell)
+
+
+async def test_the_model_s_oldest_outputs_are_forgotten_past_the_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_idempotency, "MAX_KEPT_BYTES", 1500)
+    delegate = RecordingDelegate()
+    prints = 'text("c".repeat(1000))'
+    with trio.fail_after(30):
+        async with codemode.open_in_process_provider() as provider:
+            code_mode = CodeMode(await provider.create_session(), delegate, [])
+            first = await code_mode.exec("call-1", prints)
+            assert await code_mode.exec("call-1", prints) == first  # 1,000 and a header held
+            await code_mode.exec("call-2", prints)
+            again = await code_mode.exec("call-1", prints)  # forgotten: runs anew
+            assert again.cell_id != first.cell_id
+
+
+async def test_the_book_drops_ended_outcomes_oldest_first_past_its_bytes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    book = IdempotencyBook(max_bytes=10, measure=lambda outcome: len(str(outcome)))
+    calls: list[str] = []
+    gate = trio.Event()
+
+    def acting(text: str) -> Callable[[], Awaitable[str]]:
+        async def act() -> str:
+            calls.append(text)
+            if text == "slow":
+                await gate.wait()
+            await trio.lowlevel.checkpoint()
+            return text
+
+        return act
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(book.run, "in-flight", "op", acting("slow"))
+            await trio.testing.wait_all_tasks_blocked()
+            for key in "abc":
+                assert await book.run(key, "op", acting(key * 4)) == key * 4
+            # a (4) went when c made 12: the one in flight stays, it holds nothing yet.
+            assert (len(book), book.kept_bytes) == (3, 8)
+            assert await book.run("b", "op", acting("bbbb")) == "bbbb"
+            assert await book.run("a", "op", acting("aaaa")) == "aaaa"
+            assert calls == ["slow", "aaaa", "bbbb", "cccc", "aaaa"]
+            # Larger than the bound: returned, and every ended outcome goes, itself last.
+            assert await book.run("huge", "op", acting("x" * 11)) == "x" * 11
+            assert (len(book), book.kept_bytes) == (1, 0)
+            gate.set()
+        assert (len(book), book.kept_bytes) == (1, 4)  # "slow", ended
+        assert await book.run("in-flight", "op", acting("slow")) == "slow"
+        assert calls.count("slow") == 1
 
 
 async def test_the_book_forgets_what_ended_without_an_outcome(

@@ -58,7 +58,7 @@ from .._governance import (
     ToolPolicy,
     governed,
 )
-from .._idempotency import IdempotencyBook, call_key
+from .._idempotency import IdempotencyBook, call_key, content_bytes
 from .._limits import MAX_YIELD_TIME_MS
 from .._text import well_formed
 from ..errors import CodeModeError, HostLostError, RuntimeReplacedError
@@ -163,7 +163,7 @@ class CodeMode:
         self._deferred = deferred_tools_available
         self._min_yield_time_ms = min_yield_time_ms
         self._max_empty_wait_ms = max_empty_wait_ms
-        self._calls = IdempotencyBook()  # rule 5
+        self._calls = IdempotencyBook(measure=_output_bytes)  # rule 5
 
     async def _approval_started(self, cell_id: str) -> None:
         """A call of the cell waits for approval: its active observation (the initial response
@@ -437,3 +437,8 @@ def waiting_line(waiting: list[JournalEntry]) -> str:
         f"tools.{entry.tool} ({entry.call_id.replace('tool-', 'call ')})" for entry in waiting
     )
     return f"Waiting for approval of {calls}."
+
+
+def _output_bytes(output: object) -> int:
+    """What a remembered call's output holds (the book's byte bound, rule 5)."""
+    return content_bytes(output.items) if isinstance(output, ToolOutput) else 0
