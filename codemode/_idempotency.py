@@ -37,6 +37,7 @@ import msgspec
 import trio
 
 from ._api import (
+    Completed,
     ContentItem,
     ExecuteRequest,
     InputText,
@@ -44,8 +45,10 @@ from ._api import (
     MissingCell,
     Pending,
     RuntimeResponse,
+    Terminated,
     WaitOutcome,
     WaitRequest,
+    Yielded,
 )
 from ._started import StartedCell
 from .errors import (
@@ -95,16 +98,16 @@ def content_bytes(items: list[ContentItem]) -> int:
 
 
 def outcome_bytes(outcome: object) -> int:
-    """What a session's outcome holds of output (rule 3): a response's, a wait's response's, or
-    the shared initial response of a keyed execute once taken; an error's text."""
+    """What a session's outcome holds of output (rule 3): a response's, a wait's or terminate's
+    response's, an error's text. A keyed execute's `SharedInitial` holds nothing when its
+    request ends; its response is counted once taken (`IdempotencyBook.execute`)."""
     if isinstance(outcome, LiveCell | MissingCell):
         outcome = outcome.response
-    elif isinstance(outcome, SharedInitial):
-        outcome = outcome.taken
+    if isinstance(outcome, Yielded | Completed | Terminated | Pending):
+        return content_bytes(outcome.content_items)
     if isinstance(outcome, BaseException):
         return len(str(outcome))
-    items = getattr(outcome, "content_items", None)
-    return content_bytes(items) if isinstance(items, list) else 0
+    return 0
 
 
 def _again(error: CodeModeError) -> CodeModeError:
@@ -318,11 +321,6 @@ class SharedInitial:
         self._taking: trio.Event | None = None
         self.on_taken: Callable[[RuntimeResponse], None] | None = None
         """Told the response once it was taken (the book counts what it holds)."""
-
-    @property
-    def taken(self) -> RuntimeResponse | None:
-        """The shared response, once taken."""
-        return self._response
 
     def started(self, observe_initial: bool) -> StartedCell:
         """A `StartedCell` of the cell for one call of the key."""
