@@ -421,8 +421,8 @@ class Requests:
             return Err(kind=ErrorKind.INTERNAL, message=CLIENT_GONE)
         try:
             return self._connection.call_client(session_id, cell_id, request)
-        except FrameTooLargeError as error:
-            return Err(kind=ErrorKind.FRAME_LIMIT, message=str(error))
+        except FrameTooLargeError as too_large:
+            return Err(kind=ErrorKind.FRAME_LIMIT, message=str(too_large))
         except LocalProtocolError as error:
             return Err(kind=ErrorKind.INTERNAL, message=str(error))
 

@@ -393,8 +393,8 @@ async def _read(
                     return 0
                 case ConnectionEnded():
                     return 0
-    except RemoteProtocolError as error:
-        logger.error("%s", error)
+    except RemoteProtocolError as broken:
+        logger.error("%s", broken)
     except trio.BrokenResourceError as error:
         if connection.resumable and not hooks.goodbye:
             logger.info("a client's stream broke: %s", error)

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 import trio
 import trio.testing
-from codemode_host.engine import Engine, EngineCell
+from codemode_host.engine import Engine
 from codemode_host.runtime import RuntimeSession
 from codemode_host.runtime._jswait import JavaScriptWait
 
@@ -155,27 +155,29 @@ async def test_a_cell_within_its_wall_time_is_untouched(provider: Provider) -> N
 
 
 async def test_a_paused_wall_time_limit_goes_on_with_the_time_it_had_left(
-    autojump_clock: trio.testing.MockClock,
+    engine: Engine, autojump_clock: trio.testing.MockClock
 ) -> None:
     alarms = Alarms()
     expired: list[float] = []
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(alarms.run)
-        start = trio.current_time()
-        wait = JavaScriptWait("1", cast(EngineCell, None), alarms)
-        wait.limit_at(start + 1.0, lambda: expired.append(trio.current_time() - start))
-        await trio.sleep(0.25)
-        wait.pause_limit()
-        wait.pause_limit()  # paused already: nothing more
-        await trio.sleep(100)  # an approval the cell waits for: not counted
-        assert expired == []
-        wait.resume_limit()
-        await trio.sleep(10)
-        ended = JavaScriptWait("2", cast(EngineCell, None), alarms)
-        ended.limit_at(trio.current_time() + 1.0, lambda: expired.append(-1.0))
-        ended.end()  # its JavaScript ended first: the limit never comes
-        await trio.sleep(10)
-        nursery.cancel_scope.cancel()
+    # A real engine cell, whose events no one handles here: only the limit is under test.
+    with engine.start_cell("") as cell, engine.start_cell("") as other_cell:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(alarms.run)
+            start = trio.current_time()
+            wait = JavaScriptWait("1", cell, alarms)
+            wait.limit_at(start + 1.0, lambda: expired.append(trio.current_time() - start))
+            await trio.sleep(0.25)
+            wait.pause_limit()
+            wait.pause_limit()  # paused already: nothing more
+            await trio.sleep(100)  # an approval the cell waits for: not counted
+            assert expired == []
+            wait.resume_limit()
+            await trio.sleep(10)
+            ended = JavaScriptWait("2", other_cell, alarms)
+            ended.limit_at(trio.current_time() + 1.0, lambda: expired.append(-1.0))
+            ended.end()  # its JavaScript ended first: the limit never comes
+            await trio.sleep(10)
+            nursery.cancel_scope.cancel()
     assert expired == [pytest.approx(101.0)]
 
 

@@ -219,12 +219,12 @@ class ClientCells:
             else:
                 await cell.delegate.notify(request.call_id, cell.public_id, request.text)
                 result = Ok(value=NotificationDelivered())
-        except ToolError as error:
+        except ToolError as refusal:
             # Repaired as the in-process engine reads it, so both providers reject alike. A
             # denial is one only for a host that knows the kind (the capability rule).
-            denied = isinstance(error, ToolDeniedError) and self._denials()
+            denied = isinstance(refusal, ToolDeniedError) and self._denials()
             kind = ErrorKind.DENIED if denied else ErrorKind.TOOL
-            result = Err(kind=kind, message=well_formed(error.text))
+            result = Err(kind=kind, message=well_formed(refusal.text))
         except BaseException as error:
             if not contained(error):
                 raise  # the call's own cancellation (rule 5)
@@ -234,8 +234,8 @@ class ClientCells:
             self._calls.pop(event.call_id, None)
         try:
             self._connection.send_delegate_response(event.call_id, result)
-        except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as error:
-            failure = Err(kind=ErrorKind.TOOL, message=_failure_text(event, error))
+        except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as unencodable:
+            failure = Err(kind=ErrorKind.TOOL, message=_failure_text(event, unencodable))
             self._connection.send_delegate_response(event.call_id, failure)
         self._flush()
 

@@ -88,8 +88,10 @@ class Resumer:
         try:
             with trio.fail_at(deadline):
                 send, receive = await self._transport.reopen()
-        except NothingListeningError as error:
-            self._link.resume_failed(f"code-mode host connection was cut ({self._reason}): {error}")
+        except NothingListeningError as refused:
+            self._link.resume_failed(
+                f"code-mode host connection was cut ({self._reason}): {refused}"
+            )
             return False
         except (HostLostError, trio.TooSlowError) as error:
             logger.debug("resuming the code-mode host connection: %s", error)

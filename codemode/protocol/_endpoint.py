@@ -194,8 +194,8 @@ class Endpoint(Generic[M, E]):
                     return NEED_DATA
                 try:
                     message = self._decoder.next_message()
-                except FrameDecodeError as error:
-                    self._undecodable(error)
+                except FrameDecodeError as undecodable:
+                    self._undecodable(undecodable)
                     continue
                 if message is NEED_DATA:
                     if not self._eof:
@@ -217,9 +217,9 @@ class Endpoint(Generic[M, E]):
         except RemoteProtocolError as error:
             self._fail(str(error), ConnectionTrigger.PROTOCOL_ERROR)
             raise
-        except BaseException as error:
+        except BaseException as bug:
             # A bug on this side (or a MemoryError) inside the machine: its state is unknown.
-            self._fail(f"{type(error).__name__}: {error}", ConnectionTrigger.PROTOCOL_ERROR)
+            self._fail(f"{type(bug).__name__}: {bug}", ConnectionTrigger.PROTOCOL_ERROR)
             raise
 
     def _undecodable(self, error: FrameDecodeError) -> None:

@@ -109,11 +109,13 @@ class EngineCell:
         exception of `handle` is raised here. Takes over from `handle_events(handle, ...)`:
         what that handled is not handled again."""
         self._failed = None  # a task waits: it raises the failure itself
-        if self._handle is None and self._finished is None and self._failure is None:
+        if self._handle is None and not self._ended():
             self._take_handling(handle)
-        if self._finished is None and self._failure is None:
+        # `_ended()`, not the attributes tested inline: the collector sets them while this
+        # waits, and a compiled module (docs/compiled.md) would trust a test made before.
+        if not self._ended():
             try:
-                while self._finished is None and self._failure is None and not self._stopped:
+                while not self._ended() and not self._stopped:
                     self._wakeup = trio.Event()
                     await self._wakeup.wait()
                     self._wakeup = None
@@ -125,6 +127,10 @@ class EngineCell:
             failure, self._failure = self._failure, None
             raise failure
         return self._finished  # None: stopped
+
+    def _ended(self) -> bool:
+        """`Finished` was handled, or handling failed."""
+        return self._finished is not None or self._failure is not None
 
     async def next_events(self) -> list[CellEvent]:
         """Wait until the cell has published something; return everything it has published."""

@@ -352,8 +352,9 @@ class CellCalls:
         try:
             result = await self._delegate.invoke_tool(call)
             payload = _encode_result(result)
-        except ToolError as error:
-            self._answer(call_id, rejection=error.text, as_error=isinstance(error, ToolDeniedError))
+        except ToolError as refusal:
+            denied = isinstance(refusal, ToolDeniedError)
+            self._answer(call_id, rejection=refusal.text, as_error=denied)
         except BaseException as error:
             if not contained(error):
                 raise  # the call's own cancellation
