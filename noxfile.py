@@ -1,4 +1,4 @@
-"""Development sessions: tests, lint, typecheck, sanitize, bench, mindeps, fuzz.
+"""Development sessions: tests, lint, typecheck, sanitize, compiled, bench, mindeps, fuzz.
 
 Where each session runs, and why:
 
@@ -13,6 +13,8 @@ Where each session runs, and why:
   built with other flags and must never replace the developer's `-O3` build: it installs only
   what the engine tests import, builds the extension in its own folders and runs the tests
   against a copy of `host/` holding that build (the session's docstring says how).
+- `compiled` runs where lint and typecheck do (it needs mypy and every test's dependency), in a
+  copy of the repository: the modules mypyc compiles must never land in the source tree.
 - `tests`, `bench`, `mindeps` and `fuzz` each install the project, editable, in an environment
   of their own (mindeps: at its lowest dependency versions; bench: beside the quickjs-ng
   wheel). Environments are reused between runs (`reuse_existing_virtualenvs`); `nox -R`
@@ -27,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import nox
@@ -164,6 +167,74 @@ def sanitize(session: nox.Session) -> None:
         str(package / built.name), env=env,
     )  # fmt: skip
     session.run("pytest", "-p", "no:cacheprovider", *(session.posargs or SANITIZED_TESTS), env=env)
+
+
+@nox.session(venv_backend="none")
+def compiled(session: nox.Session) -> None:
+    """The whole suite against the modules mypyc compiles (`CODEMODE_COMPILE=1`, setup.py;
+    docs/compiled.md). `nox -s compiled -- tests/test_protocol_states.py -x` runs other tests.
+
+    In the environment nox runs in, like lint and typecheck (the README's set-up has mypy and
+    every test's dependency). The compiled modules must never land in the source tree, where
+    they would shadow the sources a developer edits; so the repository's files are copied to
+    `.nox/compiled/tree`, a wheel is built from the copy with `CODEMODE_COMPILE=1` as a user
+    would build one, its compiled modules are put beside their sources in the copy, and the
+    tests run from it: its `codemode`, and a copy of its `host/` named `codemode_host` with the
+    wheel's compiled host modules, come first on the path, for pytest and for the hosts the
+    tests spawn. The session fails before any test unless the compiled modules are the ones
+    imported.
+    """
+    _beside_nox(session, "mypy", "pytest", "codemode_host")
+    tree = Path(".nox", "compiled", "tree").resolve()
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True, check=True,
+    ).stdout.decode().split("\0")  # fmt: skip
+    for name in filter(None, files):
+        source, target = Path(name), tree / name
+        if source.is_file() and (
+            not target.is_file() or target.read_bytes() != source.read_bytes()
+        ):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    engine_sources = Path("build", "quickjs-ng-0.17.0.2")
+    if engine_sources.is_dir() and not (tree / engine_sources).is_dir():
+        shutil.copytree(engine_sources, tree / engine_sources)  # not fetched a second time
+    # A wheel, as a user builds it (build_backend.py asks for mypyc's needs); its compiled
+    # modules are put beside their sources in the copy.
+    wheels = tree.parent / "wheels"
+    shutil.rmtree(wheels, ignore_errors=True)
+    session.run(
+        sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheels),
+        str(tree), env={"CODEMODE_COMPILE": "1"},
+    )  # fmt: skip
+    (wheel,) = wheels.glob("codemode-*.whl")
+    for stale in [*tree.glob("*.so"), *(tree / "codemode").rglob("*.so")]:
+        stale.unlink()  # a module no longer compiled must not stay compiled
+    # `host/` is imported as `codemode_host`: a copy of it by that name, first on the path.
+    hosts = tree.parent / "host-path"
+    shutil.rmtree(hosts, ignore_errors=True)
+    shutil.copytree(tree / "host", hosts / "codemode_host")
+    with zipfile.ZipFile(wheel) as archive:
+        for name in archive.namelist():
+            if name.endswith(".so"):
+                target = hosts / name if name.startswith("codemode_host/") else tree / name
+                target.write_bytes(archive.read(name))
+    env = {"PYTHONPATH": os.pathsep.join([str(hosts), str(tree)])}
+    venv = tree / ".venv"  # the README's commands, which tests run, name `.venv/bin/...`
+    if not venv.is_symlink():
+        venv.symlink_to(Path(sys.prefix), target_is_directory=True)
+    with session.chdir(tree):
+        session.run(
+            sys.executable, "-c",
+            "import codemode.protocol._endpoint as c, codemode_host.server as h;"
+            " assert c.__file__.endswith('.so') and h.__file__.endswith('.so'), (c, h)",
+            env=env,
+        )  # fmt: skip
+        session.run(
+            sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2",
+            *session.posargs, env=env,
+        )  # fmt: skip
 
 
 # The peer of the engine benchmark: the quickjs-ng wheel of the version the engine is built from

@@ -16,6 +16,11 @@ Environment switches:
   with every UndefinedBehaviorSanitizer finding fatal (`-fno-sanitize-recover=undefined`). The
   module then loads only with the sanitizer runtime preloaded (`nox -s sanitize` does it;
   docs/engine.md, "Checking the binding").
+- `CODEMODE_COMPILE=1`: also compile the modules on a cell's path (`COMPILED_MODULES`) with
+  mypyc, into extension modules that stand beside their sources in the wheel and are imported
+  instead of them (docs/compiled.md). Wheels only: an editable install is refused, because a
+  compiled module in the source tree would shadow every later edit of its source. The build
+  then needs mypy, trio and msgspec (`build_backend.py` asks for them).
 
 The compile and link flags are written to `engine-flags.txt` in the build's temporary folder, and
 the extension depends on that file: a build folder reused with other flags (`nox -s sanitize`
@@ -40,6 +45,62 @@ QUICKJS_REQUIREMENT = "quickjs-ng==0.17.0.2"
 QUICKJS_ARCHIVE = "quickjs_ng-0.17.0.2.tar.gz"
 QUICKJS_SHA256 = "43d2e48272208721a7aaea8e3f02d4b9318f12ef20cc4f5421b59d9a470706ef"
 QUICKJS_UNITS = ["quickjs.c", "libregexp.c", "libunicode.c", "dtoa.c"]
+ENGINE_EXTENSION = "codemode_host._quickjs"
+
+# The path of a cell through the client and the host, from the sans-IO connections to the
+# caller's answer and the engine's events: the Python the instruction counts put on the two trio
+# threads (docs/compiled.md). Not the messages (msgspec Structs cannot be native classes); not
+# the client's session (`codemode/_wire/_session.py`), where the application's values arrive
+# and its checks must name what was wrong before a compiled signature refuses a value with
+# mypyc's own TypeError; not the engine's wrapper (`host/engine/_engine.py`: mypyc has no async
+# generators). `tests/test_compiled_modules.py` checks the rules a compiled module must keep.
+COMPILED_MODULES = [
+    "codemode/protocol/_codec.py",
+    "codemode/protocol/_endpoint.py",
+    "codemode/protocol/_client.py",
+    "codemode/protocol/_host.py",
+    "codemode/protocol/_cells.py",
+    "codemode/protocol/_cellview.py",
+    "codemode/protocol/_operations.py",
+    "codemode/protocol/_reverse.py",
+    "codemode/protocol/_replay.py",
+    "codemode/protocol/_recent.py",
+    "codemode/protocol/_routes.py",
+    "codemode/protocol/_handshake.py",
+    "codemode/_wire/_link_core.py",
+    "codemode/_wire/_link.py",
+    "codemode/_wire/_slots.py",
+    "codemode/_wire/_stream.py",
+    "codemode/_wire/_delegates.py",
+    "codemode/_wire/_binding.py",
+    "codemode/_trio/_oneshot.py",
+    "codemode/_trio/_writer.py",
+    "codemode/_trio/_reader.py",
+    "host/server.py",
+    "host/_requests.py",
+    "host/_operation.py",
+    "host/engine/_cell.py",
+    "host/engine/_events.py",
+    "host/runtime/_admission.py",
+    "host/runtime/_budget.py",
+    "host/runtime/_callee.py",
+    "host/runtime/_calls.py",
+    "host/runtime/_cell.py",
+    "host/runtime/_frontier.py",
+    "host/runtime/_jswait.py",
+    "host/runtime/_life.py",
+    "host/runtime/_observer.py",
+    "host/runtime/_output.py",
+    "host/runtime/_phases.py",
+    "host/runtime/_session.py",
+    "host/runtime/_share.py",
+    "host/runtime/_timers.py",
+    "host/runtime/_watch.py",
+    "host/runtime/_watched.py",
+]
+# `host/` is the package `codemode_host`, a name mypyc cannot derive from the path: it compiles
+# the host's modules through a link of that name (the one `tests/typecheck.py` makes for mypy).
+HOST_LINK = Path("build") / "typecheck" / "codemode_host"
 
 HERE = Path(__file__).resolve().parent
 SOURCE_DIR = Path("build") / "quickjs-ng-0.17.0.2"
@@ -115,10 +176,52 @@ class BuildWithQuickJS(build_ext):
     def run(self) -> None:
         src = quickjs_sources()
         for ext in self.extensions:
-            ext.sources.extend(str(src / unit) for unit in QUICKJS_UNITS)
-            ext.include_dirs.append(str(src))
-            ext.depends.append(self._flags_stamp(ext))
+            if ext.name == ENGINE_EXTENSION:
+                ext.sources.extend(str(src / unit) for unit in QUICKJS_UNITS)
+                ext.include_dirs.append(str(src))
+                ext.depends.append(self._flags_stamp(ext))
+        if os.environ.get("CODEMODE_COMPILE") == "1":
+            self._add(self._compiled())
         super().run()
+
+    def _add(self, extensions: list[Extension]) -> None:
+        """Add extensions after the options were finalized: mypyc's are made only when the
+        build runs (pip reads setup.py and finalizes this command in several processes, before
+        mypyc is installed in some), and setuptools prepares each of its extensions then."""
+        for ext in extensions:
+            full_name = ext._full_name = self.get_ext_fullname(ext.name)  # type: ignore[attr-defined]
+            self.ext_map[full_name] = ext
+            ext._links_to_dynamic = ext._needs_stub = False  # type: ignore[attr-defined]
+            ext._file_name = self.get_ext_filename(full_name)  # type: ignore[attr-defined]
+        self.extensions.extend(extensions)
+
+    def _compiled(self) -> list[Extension]:
+        """mypyc's extensions of COMPILED_MODULES."""
+        if self.inplace or getattr(self, "editable_mode", False):
+            raise RuntimeError(
+                "CODEMODE_COMPILE=1 builds a wheel, not an editable install: a compiled module"
+                " in the source tree would be imported instead of the source you edit"
+            )
+        from mypyc.build import mypycify
+
+        # The optional extras (OpenTelemetry, Pillow) are not in the build's environment: what
+        # the compiled modules reach of them is typed `Any` here. `nox -s typecheck` is the
+        # project's type check, with every extra installed.
+        relaxed = ["--ignore-missing-imports", "--no-warn-return-any", "--no-warn-unused-ignores"]
+        link = HERE / HOST_LINK
+        if not link.is_symlink():
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(HERE / "host", target_is_directory=True)
+        paths = [
+            str(HOST_LINK / path.removeprefix("host/")) if path.startswith("host/") else path
+            for path in COMPILED_MODULES
+        ]
+        extensions: list[Extension] = mypycify(
+            [*relaxed, *paths],
+            group_name="codemode",
+            target_dir=str(Path("build") / "mypyc"),
+        )
+        return extensions
 
     def _flags_stamp(self, ext: Extension) -> str:
         # build_ext skips an extension newer than its sources whatever flags built it; a file
@@ -156,7 +259,7 @@ _compile_args, _link_args = _flags()
 setup(
     ext_modules=[
         Extension(
-            "codemode_host._quickjs",
+            ENGINE_EXTENSION,
             sources=["host/engine/_quickjs.c"],
             extra_compile_args=_compile_args,
             extra_link_args=_link_args,

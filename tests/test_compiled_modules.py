@@ -1,0 +1,147 @@
+"""The rules a module compiled by mypyc must keep (setup.py `COMPILED_MODULES`, docs/compiled.md).
+
+mypyc compiles these modules without complaint where they break them, and the compiled module
+then behaves differently from its source: the suite run against the compiled build (`nox -s
+compiled`) finds it only if a test happens to take that path. These checks read the sources.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def compiled_modules() -> list[str]:
+    """The paths setup.py compiles (its `COMPILED_MODULES`, a literal list)."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id == "COMPILED_MODULES"
+        ):
+            paths = ast.literal_eval(node.value)
+            assert isinstance(paths, list)
+            return [str(path) for path in paths]
+    raise AssertionError("setup.py has no COMPILED_MODULES list")
+
+
+def rebound_exception_names(source: str) -> list[str]:
+    """`function: name` for each function that binds one name in `except ... as name` clauses
+    of different types. mypyc gives the variable the type of its first clause, so a later
+    clause catching anything else raises `TypeError` instead of running."""
+    found = []
+    for function in ast.walk(ast.parse(source)):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        types: dict[str, set[str]] = {}
+        for node in ast.walk(function):
+            if isinstance(node, ast.ExceptHandler) and node.name and node.type is not None:
+                types.setdefault(node.name, set()).add(ast.unparse(node.type))
+        found += [f"{function.name}: {name}" for name, kinds in types.items() if len(kinds) > 1]
+    return found
+
+
+def _tested_for_none(test: ast.expr) -> set[str]:
+    """The attributes `test` compares with `is None` (`self._x is None`, also inside `and`)."""
+    return {
+        ast.unparse(node.left)
+        for node in ast.walk(test)
+        if isinstance(node, ast.Compare)
+        and isinstance(node.left, ast.Attribute)
+        and len(node.ops) == 1
+        and isinstance(node.ops[0], ast.Is)
+        and isinstance(node.comparators[0], ast.Constant)
+        and node.comparators[0].value is None
+    }
+
+
+def stale_none_tests(source: str) -> list[str]:
+    """`function: attribute` for each `if` or `while` that tests an attribute `is None` and, in
+    its block, reads it again after a call or an `await` without assigning it first. mypy keeps
+    the test's narrowing across the call, which may have changed the attribute (another task, a
+    callback); mypyc trusts it and raises `TypeError` on the value it finds. A `while` block
+    runs its test again after its body: the read is the test itself."""
+    found = []
+    for function in ast.walk(ast.parse(source)):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for block in ast.walk(function):
+            if not isinstance(block, ast.If | ast.While):
+                continue
+            attributes = _tested_for_none(block.test)
+            body = [node for statement in block.body for node in ast.walk(statement)]
+            calls = [n.lineno for n in body if isinstance(n, ast.Call | ast.Await)]
+            if not attributes or not calls:
+                continue
+            assigned = {
+                ast.unparse(n)
+                for n in body
+                if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
+            }
+            read_again = {
+                ast.unparse(n)
+                for n in body
+                if isinstance(n, ast.Attribute)
+                and isinstance(n.ctx, ast.Load)
+                and n.lineno > min(calls)
+                and ast.unparse(n) in attributes
+            }
+            if isinstance(block, ast.While):
+                read_again |= attributes
+            found += [f"{function.name}: {name}" for name in sorted(read_again - assigned)]
+    return found
+
+
+def test_the_list_names_modules_that_exist() -> None:
+    paths = compiled_modules()
+    assert paths, "nothing is compiled"
+    assert len(set(paths)) == len(paths)
+    assert [path for path in paths if not (ROOT / path).is_file()] == []
+
+
+@pytest.mark.parametrize("path", compiled_modules())
+def test_an_exception_name_keeps_one_type_in_a_function(path: str) -> None:
+    assert rebound_exception_names((ROOT / path).read_text()) == []
+
+
+@pytest.mark.parametrize("path", compiled_modules())
+def test_a_none_test_is_not_trusted_after_a_call(path: str) -> None:
+    assert stale_none_tests((ROOT / path).read_text()) == []
+
+
+def test_the_check_finds_a_stale_none_test() -> None:
+    source = """
+async def f(self) -> None:
+    if self._done is None and self._failed is None:
+        while self._done is None:
+            await self._event.wait()
+    if self._scope is None:
+        self._scope = make()
+        use(self._scope)
+    if self._value is None:
+        self.refresh()
+        return self._value
+"""
+    assert sorted(stale_none_tests(source)) == ["f: self._done", "f: self._value"]
+
+
+def test_the_check_finds_a_rebound_name() -> None:
+    source = """
+def f() -> None:
+    try:
+        pass
+    except KeyError as error:
+        pass
+    except BaseException as error:
+        pass
+    try:
+        pass
+    except (KeyError, ValueError) as other:
+        pass
+"""
+    assert rebound_exception_names(source) == ["f: error"]
