@@ -53,7 +53,9 @@ ENGINE_EXTENSION = "codemode_host._quickjs"
 # the client's session (`codemode/_wire/_session.py`), where the application's values arrive
 # and its checks must name what was wrong before a compiled signature refuses a value with
 # mypyc's own TypeError; not the engine's wrapper (`host/engine/_engine.py`: mypyc has no async
-# generators). `tests/test_compiled_modules.py` checks the rules a compiled module must keep.
+# generators); not the call workers (`codemode/_trio/_callbacks.py`: trio's KI protection marks
+# a function's code object, which a compiled function has not).
+# `tests/test_compiled_modules.py` checks the rules a compiled module must keep.
 COMPILED_MODULES = [
     "codemode/protocol/_codec.py",
     "codemode/protocol/_endpoint.py",
