@@ -169,6 +169,10 @@ def sanitize(session: nox.Session) -> None:
     session.run("pytest", "-p", "no:cacheprovider", *(session.posargs or SANITIZED_TESTS), env=env)
 
 
+# What `compiled` keeps in its copy of the repository between runs, beside the repository's files.
+COPY_OWN = {"build", ".mypy_cache", ".venv"}
+
+
 @nox.session(venv_backend="none")
 def compiled(session: nox.Session) -> None:
     """The whole suite against the modules mypyc compiles (`CODEMODE_COMPILE=1`, setup.py;
@@ -190,7 +194,20 @@ def compiled(session: nox.Session) -> None:
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         capture_output=True, check=True,
     ).stdout.decode().split("\0")  # fmt: skip
-    for name in filter(None, files):
+    listed = set(filter(None, files))
+    for root, directories, names in os.walk(tree):
+        # A file the repository no longer has goes (a removed test would still run), but not
+        # the copy's own: its build and mypy's cache, the `.venv` link below, bytecode.
+        directories[:] = [
+            name
+            for name in directories
+            if name != "__pycache__" and (root != str(tree) or name not in COPY_OWN)
+        ]
+        for name in names:
+            path = Path(root, name)
+            if str(path.relative_to(tree)) not in listed:
+                path.unlink()
+    for name in listed:
         source, target = Path(name), tree / name
         if source.is_file() and (
             not target.is_file() or target.read_bytes() != source.read_bytes()
