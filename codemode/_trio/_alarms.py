@@ -104,10 +104,13 @@ class Alarms:
 
     def _next_deadline(self) -> float:
         heap = self._heap
-        while heap and heap[0][2].fn is None:
+        while heap:
+            deadline, _, alarm = heap[0]
+            if alarm.fn is not None:
+                return deadline
             heapq.heappop(heap)
             self._cancelled -= 1
-        return heap[0][0] if heap else math.inf
+        return math.inf
 
     def _cancelled_one(self) -> None:
         self._cancelled += 1

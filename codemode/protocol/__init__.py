@@ -50,6 +50,7 @@ from ._connection_messages import ResumeRefused as ResumeRefused
 from ._connection_messages import Unauthorized as Unauthorized
 from ._connection_messages import VersionMismatch as VersionMismatch
 from ._connection_messages import describe_rejection as describe_rejection
+from ._errors import IllegalMoveError as IllegalMoveError
 from ._errors import LocalProtocolError as LocalProtocolError
 from ._errors import ProtocolError as ProtocolError
 from ._errors import RemoteProtocolError as RemoteProtocolError
@@ -112,7 +113,6 @@ from ._messages import Wait as Wait
 from ._messages import WaitCompleted as WaitCompleted
 from ._messages import WaitToPending as WaitToPending
 from ._states import ConnectionState as ConnectionState
-from ._statetable import IllegalMoveError as IllegalMoveError
 from ._statetable import StateTable as StateTable
 
 if TYPE_CHECKING:

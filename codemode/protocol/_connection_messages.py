@@ -14,8 +14,8 @@ import msgspec
 
 from .._api import AdmissionLimits
 from ._message_base import Message as _Message
-from ._message_base import check_capabilities as _check_capabilities
-from ._message_base import check_versions as _check_versions
+from ._message_checks import check_capabilities as _check_capabilities
+from ._message_checks import check_versions as _check_versions
 
 
 class Hello(_Message, tag="connection/hello", frozen=True, omit_defaults=True):

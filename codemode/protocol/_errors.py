@@ -6,6 +6,8 @@
         ├── FrameTooLargeError a declared frame length over MAX_FRAME_BYTES
         └── FrameDecodeError   a frame whose payload is not a valid message
 
+    IllegalMoveError           a state table's owner made a move the table does not allow
+
 `FrameTooLargeError` is also what the encoder raises for an oversized message of our own (it
 is then a local refusal, caught and reported per operation by the connections).
 """
@@ -23,3 +25,7 @@ class LocalProtocolError(ProtocolError):
 
 class RemoteProtocolError(ProtocolError):
     """The peer broke the protocol; the connection is unusable from now on."""
+
+
+class IllegalMoveError(RuntimeError):
+    """A move a `StateTable` does not allow: a bug in the table's owner, never a user error."""

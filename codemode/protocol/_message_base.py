@@ -1,5 +1,5 @@
-"""What every frame shares: the base of the tagged message structs and the checks their
-`__post_init__` runs (rule 1 of `_messages`)."""
+"""What every frame shares: the base of the tagged message structs and their id type (the
+checks their `__post_init__` runs are `_message_checks`)."""
 
 from __future__ import annotations
 
@@ -9,32 +9,6 @@ import msgspec
 
 RequestId: TypeAlias = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
 """Operation ids (client-allocated) and delegate ids (host-allocated): from 1 per connection."""
-
-
-def check_id(request_id: int) -> None:
-    if request_id < 1:
-        raise ValueError(f"code-mode request IDs start at 1, got {request_id}")
-
-
-def check_session_id(session_id: str) -> None:
-    if not session_id:
-        raise ValueError("invalid code-mode session ID: empty")
-
-
-def check_versions(versions: list[int]) -> None:
-    if not versions:
-        raise ValueError("supported protocol versions must not be empty")
-    if any(version < 1 for version in versions):
-        raise ValueError(f"protocol versions must be positive, got {versions}")
-    if len(set(versions)) != len(versions):
-        raise ValueError(f"supported protocol versions must not repeat, got {versions}")
-
-
-def check_capabilities(capabilities: list[str]) -> None:
-    if any(not capability.strip() for capability in capabilities):
-        raise ValueError("a code-mode capability must not be blank")
-    if len(set(capabilities)) != len(capabilities):
-        raise ValueError(f"code-mode capabilities must not repeat, got {capabilities}")
 
 
 class Message(

@@ -55,8 +55,8 @@ from ._connection_messages import (
 )
 from ._message_base import Message as _Message
 from ._message_base import RequestId
-from ._message_base import check_id as _check_id
-from ._message_base import check_session_id as _check_session_id
+from ._message_checks import check_id as _check_id
+from ._message_checks import check_session_id as _check_session_id
 
 T = TypeVar("T")
 

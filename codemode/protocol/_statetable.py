@@ -5,9 +5,11 @@ trigger)` for every change and never assigns a state by hand, so an illegal move
 it happens, with an error naming the table, the state and the trigger. The tables themselves are
 the documentation: `docs/architecture.md` prints them (`rows()`), and a test keeps the two equal.
 
-Pure standard library. The protocol's client connection keeps its cell views with it, and the
-host's runtime its cell phases (it is the one helper of this package the runtime uses: it
-carries no wire knowledge).
+Pure standard library. Its error, `IllegalMoveError`, is defined with the protocol's errors
+(`_errors.py`: the compiled build compiles this module, and a compiled module cannot define a
+subclass of a built-in exception). The protocol's client connection keeps its cell views with
+it, and the host's runtime its cell phases (it is the one helper of this package the runtime
+uses: it carries no wire knowledge).
 """
 
 from __future__ import annotations
@@ -16,12 +18,10 @@ import enum
 from collections.abc import Iterator, Mapping
 from typing import Generic, TypeVar
 
+from ._errors import IllegalMoveError
+
 S = TypeVar("S", bound=enum.Enum)
 E = TypeVar("E", bound=enum.Enum)
-
-
-class IllegalMoveError(RuntimeError):
-    """A move the table does not allow: a bug in the table's owner, never a user error."""
 
 
 class StateTable(Generic[S, E]):
