@@ -23,6 +23,7 @@ Where each session runs, and why:
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import shutil
@@ -173,6 +174,34 @@ def sanitize(session: nox.Session) -> None:
 COPY_OWN = {"build", ".mypy_cache", ".venv"}
 
 
+def _check_wheel_extensions(session: nox.Session, wheel: Path, tree: Path) -> None:
+    """Stop unless the wheel's extension modules are exactly the engine, mypyc's shared
+    library and one per module of setup.py's `COMPILED_MODULES`: a module left from an earlier
+    build of the reused build folder would be imported instead of its source."""
+    (listed,) = [
+        ast.literal_eval(node.value)
+        for node in ast.parse((tree / "setup.py").read_text()).body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.targets[0], ast.Name)
+        and node.targets[0].id == "COMPILED_MODULES"
+    ]
+    expected = {"codemode_host._quickjs", "codemode__mypyc"} | {
+        path.removesuffix(".py").replace("host/", "codemode_host/", 1).replace("/", ".")
+        for path in listed
+    }
+    with zipfile.ZipFile(wheel) as archive:
+        found = {
+            name.partition(".")[0].replace("/", ".")
+            for name in archive.namelist()
+            if name.endswith(".so")
+        }
+    if found != expected:
+        session.error(
+            f"{wheel.name}: extension modules {sorted(found - expected)} not built from"
+            f" COMPILED_MODULES, and {sorted(expected - found)} missing"
+        )
+
+
 @nox.session(venv_backend="none")
 def compiled(session: nox.Session) -> None:
     """The whole suite against the modules mypyc compiles (`CODEMODE_COMPILE=1`, setup.py;
@@ -226,6 +255,7 @@ def compiled(session: nox.Session) -> None:
         str(tree), env={"CODEMODE_COMPILE": "1"},
     )  # fmt: skip
     (wheel,) = wheels.glob("codemode-*.whl")
+    _check_wheel_extensions(session, wheel, tree)
     for stale in [*tree.glob("*.so"), *(tree / "codemode").rglob("*.so")]:
         stale.unlink()  # a module no longer compiled must not stay compiled
     # `host/` is imported as `codemode_host`: a copy of it by that name, first on the path.

@@ -184,7 +184,25 @@ class BuildWithQuickJS(build_ext):
                 ext.depends.append(self._flags_stamp(ext))
         if os.environ.get("CODEMODE_COMPILE") == "1":
             self._add(self._compiled())
+        self._drop_stale_extensions()
         super().run()
+
+    def _drop_stale_extensions(self) -> None:
+        """Delete the extension modules a reused build folder holds but this build does not
+        make: the wheel packs the whole folder, and a module compiled by an earlier build (one
+        since dropped from COMPILED_MODULES, or every one of them when this build compiles
+        none) would be imported instead of its source, or fail to load."""
+        if self.inplace:
+            return
+        made = {Path(self.get_ext_fullpath(ext.name)).resolve() for ext in self.extensions}
+        build_lib = Path(self.build_lib)
+        for package in ("codemode", "codemode_host"):
+            for path in (build_lib / package).rglob("*.so"):
+                if path.resolve() not in made:
+                    path.unlink()
+        for path in build_lib.glob("codemode__mypyc*.so"):
+            if path.resolve() not in made:
+                path.unlink()
 
     def _add(self, extensions: list[Extension]) -> None:
         """Add extensions after the options were finalized: mypyc's are made only when the
