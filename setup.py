@@ -54,9 +54,17 @@ ENGINE_EXTENSION = "codemode_host._quickjs"
 # and its checks must name what was wrong before a compiled signature refuses a value with
 # mypyc's own TypeError; not the engine's wrapper (`host/engine/_engine.py`: mypyc has no async
 # generators); not the call workers (`codemode/_trio/_callbacks.py`: trio's KI protection marks
-# a function's code object, which a compiled function has not).
+# a function's code object, which a compiled function has not); not the API's request checks
+# (`codemode/_checks.py`: a compiled read of a user's attribute refuses a wrong type itself).
 # `tests/test_compiled_modules.py` checks the rules a compiled module must keep.
 COMPILED_MODULES = [
+    "codemode/_identifiers.py",
+    "codemode/_trio/_alarms.py",
+    "codemode/_trio/_heartbeat.py",
+    "codemode/protocol/_capabilities.py",
+    "codemode/protocol/_message_checks.py",
+    "codemode/protocol/_statetable.py",
+    "codemode/protocol/_states.py",
     "codemode/protocol/_codec.py",
     "codemode/protocol/_endpoint.py",
     "codemode/protocol/_client.py",
@@ -81,6 +89,7 @@ COMPILED_MODULES = [
     "host/server.py",
     "host/_requests.py",
     "host/_operation.py",
+    "host/_remote_delegate.py",
     "host/engine/_cell.py",
     "host/engine/_events.py",
     "host/runtime/_admission.py",
