@@ -53,13 +53,14 @@ ENGINE_EXTENSION = "codemode_host._quickjs"
 # the client's session (`codemode/_wire/_session.py`), where the application's values arrive
 # and its checks must name what was wrong before a compiled signature refuses a value with
 # mypyc's own TypeError; not the engine's wrapper (`host/engine/_engine.py`: mypyc has no async
-# generators); not the call workers (`codemode/_trio/_callbacks.py`: trio's KI protection marks
-# a function's code object, which a compiled function has not); not the API's request checks
+# generators); not a call worker's loop (`codemode/_trio/_worker_task.py`: trio's KI protection
+# marks a function's code object, which a compiled function has not); not the API's request checks
 # (`codemode/_checks.py`: a compiled read of a user's attribute refuses a wrong type itself).
 # `tests/test_compiled_modules.py` checks the rules a compiled module must keep.
 COMPILED_MODULES = [
     "codemode/_identifiers.py",
     "codemode/_trio/_alarms.py",
+    "codemode/_trio/_callbacks.py",
     "codemode/_trio/_heartbeat.py",
     "codemode/protocol/_capabilities.py",
     "codemode/protocol/_message_checks.py",

@@ -322,3 +322,27 @@ async def test_dismissed_workers_end_and_later_calls_start_new_ones() -> None:
             workers.close()
     assert len(call.tasks) == 2
     assert call.tasks[0] is not call.tasks[1]
+
+
+async def test_a_call_runs_protected_from_keyboard_interrupt() -> None:
+    """Rule 5: the delegate's code runs protected, before and after its first checkpoint, in a
+    new worker and in a parked one (also when the build compiles the call workers)."""
+    seen: list[bool] = []
+
+    async def call() -> None:
+        seen.append(trio.lowlevel.currently_ki_protected())
+        await trio.lowlevel.checkpoint()
+        seen.append(trio.lowlevel.currently_ki_protected())
+
+    assert not trio.lowlevel.currently_ki_protected()
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            workers = CallWorkers(nursery, keep=4)
+            group = CallbackGroup(workers)
+            for _ in range(2):
+                group.start(call)
+                await group.wait_idle()
+                await trio.testing.wait_all_tasks_blocked()
+                assert workers.parked == 1
+            workers.close()
+    assert seen == [True, True, True, True]

@@ -35,7 +35,9 @@ Rules:
    resets is seen by that worker's later calls.
 5. Workers run with trio's KeyboardInterrupt protection, which the delegate's code inherits: a
    real Ctrl-C is delivered to the main task, never raised inside a delegate call, so whatever
-   a call raises is that call's failure (`contained`).
+   a call raises is that call's failure (`contained`). The worker's loop is in
+   `_worker_task.py`, which stays interpreted when the build compiles this module: the
+   protection marks a function's code object, which a compiled function has not.
 6. A parked worker keeps nothing of its last call, but its own frames keep pymalloc arenas from
    being given back: an owner that gives memory back when idle drops its parked workers first
    (`dismiss_parked`; the host does, before its engine's release when idle).
@@ -48,6 +50,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVarTuple
 
 import trio
+
+from ._worker_task import work
 
 Ts = TypeVarTuple("Ts")
 
@@ -100,7 +104,7 @@ class CallWorkers:
             trio.lowlevel.reschedule(worker.task)
         else:
             # The new task copies the context current when it is spawned (rule 4).
-            self._context.run(self._nursery.start_soon, self._work, call)
+            self._context.run(self._nursery.start_soon, work, self, call)
 
     def close(self) -> None:
         """No worker parks from now on (rule 3); the parked ones end."""
@@ -113,20 +117,15 @@ class CallWorkers:
         for worker in parked:
             trio.lowlevel.reschedule(worker.task)  # with no call: it ends
 
-    @trio.lowlevel.enable_ki_protection  # rule 5
-    async def _work(self, first: DelegateCall) -> None:
-        with trio.CancelScope() as scope:
-            worker = _Worker(trio.lowlevel.current_task(), scope)
-            call: DelegateCall | None = first
-            del first
-            while call is not None:
-                await call.run(worker)
-                call = None  # a parked worker keeps nothing of its last call (rule 6)
-                if scope.cancel_called or self._closed or len(self._parked) >= self._keep:
-                    return  # rule 2, rule 3
-                call = await self._park(worker)
+    def enlist(self, task: trio.lowlevel.Task, scope: trio.CancelScope) -> _Worker:
+        """A new worker: `task`, which runs its calls in `scope` (`_worker_task.work`)."""
+        return _Worker(task, scope)
 
-    async def _park(self, worker: _Worker) -> DelegateCall | None:
+    def keeps(self, worker: _Worker) -> bool:
+        """Whether `worker`, done with a call, parks for the next (rule 2, rule 3)."""
+        return not (worker.scope.cancel_called or self._closed or len(self._parked) >= self._keep)
+
+    async def park(self, worker: _Worker) -> DelegateCall | None:
         self._parked.append(worker)
 
         def abort(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
