@@ -138,8 +138,10 @@ class ExecuteRequest(_Value, frozen=True):
     max_output_tokens: OutputTokens | None = None
 
     def __post_init__(self) -> None:
-        _check_range("yield_time_ms", self.yield_time_ms, MAX_YIELD_TIME_MS)
-        _check_range("max_output_tokens", self.max_output_tokens, MAX_OUTPUT_TOKENS)
+        # Runs for every execute made or decoded, which mostly set neither field.
+        if self.yield_time_ms is not None or self.max_output_tokens is not None:
+            _check_range("yield_time_ms", self.yield_time_ms, MAX_YIELD_TIME_MS)
+            _check_range("max_output_tokens", self.max_output_tokens, MAX_OUTPUT_TOKENS)
 
 
 class WaitRequest(_Value, frozen=True):

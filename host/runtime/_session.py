@@ -113,6 +113,10 @@ class RuntimeSession:
         self._admission = admission or Admission()
         self._store_load = store_load
         self._limits = limits
+        # The limits every cell starts with, worked out once (they are frozen).
+        self._heap_limit = limits.heap_size_bytes()
+        self._output_limit = limits.pending_output_bytes()
+        self._stored_value_limit = limits.stored_value_bytes()
         self._alive = True
         self._next_cell = 1
         self._cells: dict[str, RuntimeCell] = {}
@@ -252,11 +256,11 @@ class RuntimeSession:
                     for tool in request.enabled_tools
                 ],
                 stored_values=self._stored,
-                heap_limit=self._limits.heap_size_bytes(),
+                heap_limit=self._heap_limit,
                 store_load=self._store_load,
                 cpu_limit_ms=self._limits.max_cpu_time_ms,
-                output_limit=self._limits.pending_output_bytes(),
-                stored_value_limit=self._limits.stored_value_bytes(),
+                output_limit=self._output_limit,
+                stored_value_limit=self._stored_value_limit,
             )
         except BaseException:
             self._admission.release_cell()
