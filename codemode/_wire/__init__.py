@@ -6,7 +6,8 @@
   provider gives it;
 - `_delegates.py`: the reverse calls of a link's cells, run in the provider's workers;
 - `_session.py`: `WireSession`, the one session class, bound to a link with its generations
-  (`_generations.py`);
+  (`_generations.py`); it checks the application's values and hands its cell requests to
+  `_session_core.py`;
 - `_placement.py`: `Placement`, the strategy that finds a session's host: the only part that
   differs between providers (`codemode.process`'s pool, `codemode.remote`'s listening hosts);
 - `_sessions.py`: `WireSessions`, a provider's sessions, their statistics and its close.
