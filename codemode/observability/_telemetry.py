@@ -18,8 +18,9 @@ trace: Any = None
 """`opentelemetry.trace` once `lookup()` loaded it (None before, and without the API)."""
 metrics: Any = None
 _loaded = False
-_unset_globals: Any = None
-"""Returns True while neither global provider was set (`_load_api`), or None."""
+_metrics_state: Any = None
+"""The module holding the API's global meter provider, when the globals can be probed
+(`_globals_probe`), or None."""
 
 reporting_here = False
 """True in a program that set the SDK up itself (`_sdk.install_from_environment`): a host then
@@ -29,7 +30,7 @@ reports its own spans and metrics."""
 def _load_api() -> bool:
     """Import the OpenTelemetry API on first use (never at codemode's import: it costs the
     CLI's start some 25 ms); False without `codemode[otel]`."""
-    global trace, metrics, _loaded, _unset_globals
+    global trace, metrics, _loaded, _metrics_state
     if not _loaded:
         _loaded = True
         try:
@@ -38,15 +39,15 @@ def _load_api() -> bool:
         except ImportError:
             return False
         trace, metrics = otel_trace, otel_metrics
-        _unset_globals = _globals_probe()
+        _metrics_state = _globals_probe()
     return trace is not None
 
 
 def _globals_probe() -> Any:
-    """A test of whether the global providers are still unset that costs two attribute reads,
-    or None when it cannot be made: asking `get_tracer_provider()` and `get_meter_provider()`
-    each cell cost about 5 % of a trivial cell's instructions on the client (they read the
-    environment). It reads the module globals the API keeps its providers in, and is made only
+    """The module of the API's global meter provider, when a test of whether the two global
+    providers are still unset can read them (`lookup`: two attribute reads), or None: asking
+    `get_tracer_provider()` and `get_meter_provider()` each cell cost about 5 % of a trivial
+    cell's instructions on the client (they read the environment). The globals are read only
     if they exist and no `OTEL_PYTHON_*_PROVIDER` variable names a provider to load lazily."""
     import os
 
@@ -56,11 +57,7 @@ def _globals_probe() -> Any:
         return None
     if not hasattr(trace, "_TRACER_PROVIDER") or not hasattr(metrics_state, "_METER_PROVIDER"):
         return None
-
-    def unset() -> bool:
-        return trace._TRACER_PROVIDER is None and metrics_state._METER_PROVIDER is None
-
-    return unset
+    return metrics_state
 
 
 SCOPE = "codemode"
@@ -144,14 +141,19 @@ def _real(provider: Any, proxy_names: tuple[str, ...]) -> bool:
 
 def lookup() -> Telemetry | None:
     """The telemetry a cell starting now reports to, or None when nothing would record."""
-    if not _load_api():
+    # Read inline, not through calls: this runs for every cell of an application that does
+    # not trace, where it is the whole of observability's cost.
+    if not _loaded:
+        _load_api()
+    if trace is None:
         return None
     settings = _settings.current()
     if (
-        _unset_globals is not None
+        _metrics_state is not None
         and settings.tracer_provider is None
         and settings.meter_provider is None
-        and _unset_globals()
+        and trace._TRACER_PROVIDER is None
+        and _metrics_state._METER_PROVIDER is None
     ):
         return None  # the common case of a library: nobody configured OpenTelemetry
     tracer_provider = settings.tracer_provider or trace.get_tracer_provider()
