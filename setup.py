@@ -50,17 +50,19 @@ ENGINE_EXTENSION = "codemode_host._quickjs"
 # The path of a cell through the client and the host, from the sans-IO connections to the
 # caller's answer and the engine's events: the Python the instruction counts put on the two trio
 # threads (docs/compiled.md). Not the messages (msgspec Structs cannot be native classes); not
-# the client's session (`codemode/_wire/_session.py`), where the application's values arrive
-# and its checks must name what was wrong before a compiled signature refuses a value with
-# mypyc's own TypeError; not the engine's wrapper (`host/engine/_engine.py`: mypyc has no async
-# generators); not a call worker's loop (`codemode/_trio/_worker_task.py`: trio's KI protection
-# marks a function's code object, which a compiled function has not); not the API's request checks
+# the client's session (`codemode/_wire/_session.py`, whose checked requests go on in the
+# compiled `_session_core.py`), where the application's values arrive and its checks must name
+# what was wrong before a compiled signature refuses a value with mypyc's own TypeError; not the
+# engine's wrapper (`host/engine/_engine.py`: mypyc has no async generators); not a call
+# worker's loop (`codemode/_trio/_worker_task.py`: trio's KI protection marks a function's code
+# object, which a compiled function has not); not the API's request checks
 # (`codemode/_checks.py`: a compiled read of a user's attribute refuses a wrong type itself).
 # `tests/test_compiled_modules.py` checks the rules a compiled module must keep.
 COMPILED_MODULES = [
     "codemode/_identifiers.py",
     "codemode/_trio/_alarms.py",
     "codemode/_trio/_callbacks.py",
+    "codemode/_trio/_once.py",
     "codemode/_trio/_heartbeat.py",
     "codemode/protocol/_capabilities.py",
     "codemode/protocol/_message_checks.py",
@@ -84,6 +86,7 @@ COMPILED_MODULES = [
     "codemode/_wire/_stream.py",
     "codemode/_wire/_delegates.py",
     "codemode/_wire/_binding.py",
+    "codemode/_wire/_session_core.py",
     "codemode/_trio/_oneshot.py",
     "codemode/_trio/_writer.py",
     "codemode/_trio/_reader.py",
