@@ -68,13 +68,10 @@ class WireSessions(Generic[_P]):
         self._tool_threads = tool_threads
         self._session_ids = itertools.count(1)
         self._sessions: set[WireSession] = set()
-        self._closed = False
+        # An attribute, not a property: every request of every session reads it.
+        self.closed = False
 
     # ---- what a session needs (`_session.SessionOwner`) ----------------------------------------
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     @property
     def nursery(self) -> trio.Nursery:
@@ -90,7 +87,7 @@ class WireSessions(Generic[_P]):
     async def place(
         self, session: WireSession, open_on: Callable[[HostLink], Awaitable[_Opened]]
     ) -> _Opened:
-        if self._closed:
+        if self.closed:
             raise ProviderClosedError()
         return await self.placement.place(session, open_on)
 
@@ -110,7 +107,7 @@ class WireSessions(Generic[_P]):
             ProviderClosedError: the provider is closed.
             Exception: whatever the strategy raised (`HostLostError`, `AdmissionError`, ...).
         """
-        if self._closed:
+        if self.closed:
             raise ProviderClosedError()
         session = WireSession(
             self,
@@ -143,7 +140,7 @@ class WireSessions(Generic[_P]):
 
     async def close(self, shutdown_timeout: float, *, bound: float, logger: logging.Logger) -> None:
         """Rule 4: shielded, bounded by `bound` seconds."""
-        self._closed = True
+        self.closed = True
         self.placement.closed = True
         await close_provider(
             self._sessions,
