@@ -80,7 +80,7 @@ class SessionCore:
         self._shutdown = shutdown
         self._reopen = reopen
         self._terminating: set[str] = set()
-        self.dropped: collections.deque[Callable[[], None]] = collections.deque()
+        self._dropped: collections.deque[Callable[[], None]] = collections.deque()
 
     def check(self) -> None:
         """Raise unless the session takes requests (rule 3)."""
@@ -102,7 +102,7 @@ class SessionCore:
     async def execute(
         self, request: ExecuteRequest, delegate: SessionDelegate, observe_initial: bool
     ) -> StartedCell:
-        StartedCell._release_dropped(self.dropped)  # keeps the deque short between waits
+        StartedCell._release_dropped(self._dropped)  # keeps the deque short between waits
         binding = await self.bind()
         traced = self._traces.begin(request, delegate, binding.session_id)
         if traced is None:
@@ -121,7 +121,7 @@ class SessionCore:
             cell_id,
             partial(self._initial_response, binding, request_id, cell_id),
             partial(binding.link.release_initial, request_id),
-            self.dropped,
+            self._dropped,
             session_id=binding.session_id,
             observe_initial=observe_initial,
         )
@@ -200,7 +200,7 @@ class SessionCore:
         self, cell_id: str, yield_time_ms: int | None, trace: TraceContext | None
     ) -> WaitOutcome:
         """A wait, settled as its answer says."""
-        StartedCell._release_dropped(self.dropped)
+        StartedCell._release_dropped(self._dropped)
         binding = await self.bind()
         if yield_time_ms is None:
             binding.need(PENDING_FRONTIER_CAPABILITY, "the pending frontier")
@@ -214,7 +214,7 @@ class SessionCore:
     async def execute_to_pending(
         self, request: ExecuteRequest, delegate: SessionDelegate
     ) -> Pending | Completed | Terminated:
-        StartedCell._release_dropped(self.dropped)
+        StartedCell._release_dropped(self._dropped)
         binding = await self.bind()
         binding.need(PENDING_FRONTIER_CAPABILITY, "the pending frontier")
         traced = self._traces.begin(request, delegate, binding.session_id)
