@@ -27,9 +27,9 @@ reporting_here = False
 reports its own spans and metrics."""
 
 
-def _load_api() -> bool:
+def _load_api() -> None:
     """Import the OpenTelemetry API on first use (never at codemode's import: it costs the
-    CLI's start some 25 ms); False without `codemode[otel]`."""
+    CLI's start some 25 ms); `trace` stays None without `codemode[otel]`."""
     global trace, metrics, _loaded, _metrics_state
     if not _loaded:
         _loaded = True
@@ -37,10 +37,9 @@ def _load_api() -> bool:
             from opentelemetry import metrics as otel_metrics
             from opentelemetry import trace as otel_trace
         except ImportError:
-            return False
+            return
         trace, metrics = otel_trace, otel_metrics
         _metrics_state = _globals_probe()
-    return trace is not None
 
 
 def _globals_probe() -> Any:
