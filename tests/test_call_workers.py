@@ -1,5 +1,5 @@
-"""`codemode._trio.CallbackGroup` and `CallWorkers`: delegate calls run by parked worker tasks
-(rules 1-5 of `codemode/_trio/_callbacks.py`)."""
+"""`codemode._trio.CallbackGroup` and `CallWorkers`: delegate calls run by parked worker tasks,
+or inline by the job that runs them (rules 1-7 of `codemode/_trio/_callbacks.py`)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import trio.testing
 
 from codemode import Completed, JsonValue, LiveCell, NestedToolCall, WaitRequest, Yielded
 from codemode._trio import CallbackGroup, CallWorkers
+from codemode._trio._callbacks import Worker
 from tests.delegates import RecordingDelegate
 from tests.sessions import LONG_MS, run, texts, tool
 from tests.test_wire_defects import PROVIDERS, session_of
@@ -346,3 +347,118 @@ async def test_a_call_runs_protected_from_keyboard_interrupt() -> None:
                 assert workers.parked == 1
             workers.close()
     assert seen == [True, True, True, True]
+
+
+# ---- a call run inline, in the task of the job that runs it (rule 7) ---------------------------
+
+
+async def test_a_call_run_inline_that_never_suspends_costs_no_other_task() -> None:
+    tasks: list[trio.lowlevel.Task] = []
+    handed_on: list[trio.lowlevel.Task] = []
+
+    async def at_once() -> None:
+        tasks.append(trio.lowlevel.current_task())
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            workers = CallWorkers(nursery, keep=4)
+            group = CallbackGroup(workers)
+            with trio.CancelScope() as scope:
+                worker = Worker(trio.lowlevel.current_task(), scope)
+                for _ in range(3):
+                    call = group.prepare(at_once)
+                    assert not group.all_running
+                    assert not group.idle
+                    await call.run_inline(
+                        worker, lambda: handed_on.append(trio.lowlevel.current_task())
+                    )
+                    assert group.all_running
+                    assert group.idle
+            assert workers.parked == 0
+            assert len(nursery.child_tasks) == 0
+    assert tasks == [trio.lowlevel.current_task()] * 3
+    assert handed_on == []
+
+
+async def test_a_call_run_inline_hands_on_at_its_first_suspension_and_ends_in_its_task() -> None:
+    """`suspending()` runs once, when the call first suspends and before its task parks; trio's
+    answers (values, exceptions, the call's cancellation) then reach the call as usual."""
+    steps: list[str] = []
+    send, receive = trio.open_memory_channel[int](1)
+
+    async def suspends() -> int:
+        steps.append("began")
+        await trio.lowlevel.checkpoint()
+        steps.append(f"got {await receive.receive()}")
+        try:
+            await receive.receive()
+        except trio.EndOfChannel:
+            steps.append("end of channel")
+        await trio.sleep_forever()
+        return 0  # pragma: no cover - cancelled above
+
+    def suspending() -> None:
+        steps.append("suspending")
+        owner = trio.lowlevel.current_task()
+        nursery.start_soon(feed, owner)
+
+    async def feed(owner: trio.lowlevel.Task) -> None:
+        # The call's task is parked now, at the call's first checkpoint.
+        assert steps == ["began", "suspending"]
+        await send.send(42)
+        await send.aclose()
+        await trio.testing.wait_all_tasks_blocked()
+        assert steps[-1] == "end of channel"
+        call.cancel("enough")
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            group = CallbackGroup(CallWorkers(nursery, keep=4))
+            call = group.prepare(suspends)
+            with trio.CancelScope() as scope:
+                await call.run_inline(Worker(trio.lowlevel.current_task(), scope), suspending)
+            assert scope.cancelled_caught
+            assert group.idle
+    assert steps == ["began", "suspending", "got 42", "end of channel"]
+
+
+async def test_a_call_run_inline_fails_as_itself() -> None:
+    async def fails_at_once() -> None:
+        raise ValueError("at once")
+
+    async def fails_later() -> None:
+        await trio.lowlevel.checkpoint()
+        raise LookupError("later")
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            group = CallbackGroup(CallWorkers(nursery, keep=4))
+            with trio.CancelScope() as scope:
+                worker = Worker(trio.lowlevel.current_task(), scope)
+                with pytest.raises(ValueError, match="at once"):
+                    await group.prepare(fails_at_once).run_inline(worker, lambda: None)
+                with pytest.raises(LookupError, match="later"):
+                    await group.prepare(fails_later).run_inline(worker, lambda: None)
+            assert group.idle
+
+
+@pytest.mark.parametrize("kind", PROVIDERS)
+async def test_a_call_that_waits_for_a_later_call_of_its_cell_gets_it(kind: str) -> None:
+    """A host link runs a tool call inline in its reading; one that suspends hands the reading
+    on, so the call it waits for (sent after it) still arrives (`codemode/_wire/_stream.py`)."""
+    released = trio.Event()
+
+    async def tools(call: NestedToolCall) -> JsonValue:
+        if call.tool_name.name == "wait":
+            await released.wait()
+            return "waited"
+        released.set()
+        return "released"
+
+    source = "text((await Promise.all([tools.wait({}), tools.release({})])).join(' '))"
+    with trio.fail_after(30):
+        async with session_of(kind) as session:
+            delegate = RecordingDelegate(on_tool=tools)
+            response = await run(session, delegate, source, tools=[tool("wait"), tool("release")])
+    assert isinstance(response, Completed)
+    assert texts(response) == ["waited released"]

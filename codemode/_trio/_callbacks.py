@@ -41,12 +41,18 @@ Rules:
 6. A parked worker keeps nothing of its last call, but its own frames keep pymalloc arenas from
    being given back: an owner that gives memory back when idle drops its parked workers first
    (`dismiss_parked`; the host does, before its engine's release when idle).
+7. A worker runs jobs (`Job`): a call, or a role that moves from worker to worker, such as a host
+   link's reading (`_wire/_stream.py`). A job may run a call in its own task, inline
+   (`DelegateCall.run_inline`): `suspending()` is called when the call first suspends, before
+   the task parks, so the job can hand the rest of its work on to another worker, and that task
+   then runs the call to its end. A call that returns without suspending costs no other task and
+   no pass of the scheduler (a host link's tool call, `docs/benchmarks.md`).
 """
 
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any, TypeVarTuple
 
 import trio
@@ -59,15 +65,25 @@ CLEANUP_GRACE = 1.0
 """Seconds a closing cell waits for its cancelled delegate calls (design.md, design 4)."""
 
 
-class _Worker:
-    """A task that runs calls one at a time (rule 1)."""
+class Worker:
+    """A task that runs jobs one at a time (rule 1), each in its cancel scope `scope`."""
 
     __slots__ = ("next", "scope", "task")
 
     def __init__(self, task: trio.lowlevel.Task, scope: trio.CancelScope) -> None:
         self.task = task
         self.scope = scope
-        self.next: DelegateCall | None = None  # handed over while it is parked
+        self.next: Job | None = None  # handed over while it is parked
+
+
+class Job:
+    """What a worker runs (rule 7): a `DelegateCall`, or a role of a task."""
+
+    __slots__ = ()
+
+    async def run(self, worker: Worker) -> None:
+        """Run in `worker`'s task, in its scope."""
+        raise NotImplementedError
 
 
 class CallWorkers:
@@ -83,7 +99,7 @@ class CallWorkers:
         self._nursery = nursery
         self._keep = keep
         self._context = contextvars.copy_context()  # rule 4
-        self._parked: list[_Worker] = []
+        self._parked: list[Worker] = []
         self._closed = False
 
     @property
@@ -96,15 +112,19 @@ class CallWorkers:
         """Workers waiting for a call."""
         return len(self._parked)
 
-    def run(self, call: DelegateCall) -> None:
-        """Hand `call` to a parked worker, or to a new one."""
+    def run(self, job: Job) -> None:
+        """Hand `job` to a parked worker, or to a new one.
+
+        Raises:
+            RuntimeError: no worker was parked and the nursery is closed.
+        """
         if self._parked:
             worker = self._parked.pop()
-            worker.next = call
+            worker.next = job
             trio.lowlevel.reschedule(worker.task)
         else:
             # The new task copies the context current when it is spawned (rule 4).
-            self._context.run(self._nursery.start_soon, work, self, call)
+            self._context.run(self._nursery.start_soon, work, self, job)
 
     def close(self) -> None:
         """No worker parks from now on (rule 3); the parked ones end."""
@@ -117,15 +137,15 @@ class CallWorkers:
         for worker in parked:
             trio.lowlevel.reschedule(worker.task)  # with no call: it ends
 
-    def enlist(self, task: trio.lowlevel.Task, scope: trio.CancelScope) -> _Worker:
+    def enlist(self, task: trio.lowlevel.Task, scope: trio.CancelScope) -> Worker:
         """A new worker: `task`, which runs its calls in `scope` (`_worker_task.work`)."""
-        return _Worker(task, scope)
+        return Worker(task, scope)
 
-    def keeps(self, worker: _Worker) -> bool:
+    def keeps(self, worker: Worker) -> bool:
         """Whether `worker`, done with a call, parks for the next (rule 2, rule 3)."""
         return not (worker.scope.cancel_called or self._closed or len(self._parked) >= self._keep)
 
-    async def park(self, worker: _Worker) -> DelegateCall | None:
+    async def park(self, worker: Worker) -> Job | None:
         self._parked.append(worker)
 
         def abort(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
@@ -133,22 +153,25 @@ class CallWorkers:
             return trio.lowlevel.Abort.SUCCEEDED
 
         await trio.lowlevel.wait_task_rescheduled(abort)
-        call, worker.next = worker.next, None
-        return call
+        job, worker.next = worker.next, None
+        return job
 
 
-class DelegateCall:
+class DelegateCall(Job):
     """One call of a `CallbackGroup`: cancel it with `cancel()`."""
 
     __slots__ = ("_args", "_cancelled", "_fn", "_group", "_reason", "_worker")
 
     def __init__(
-        self, group: CallbackGroup, fn: Callable[..., Awaitable[object]], args: tuple[Any, ...]
+        self,
+        group: CallbackGroup,
+        fn: Callable[..., Coroutine[Any, Any, object]],
+        args: tuple[Any, ...],
     ) -> None:
         self._group = group
         self._fn = fn
         self._args = args
-        self._worker: _Worker | None = None  # while a worker runs it
+        self._worker: Worker | None = None  # while a worker runs it
         self._cancelled = False
         self._reason: str | None = None
 
@@ -161,7 +184,23 @@ class DelegateCall:
         if self._worker is not None:
             self._worker.scope.cancel(reason=reason)
 
-    async def run(self, worker: _Worker) -> None:
+    @property
+    def cancelled(self) -> bool:
+        """Whether `cancel()` was called (a call not yet begun then goes to a worker: rule 2)."""
+        return self._cancelled
+
+    async def run_inline(self, worker: Worker, suspending: Callable[[], None]) -> None:
+        """Run the call now, in `worker`'s task, the one running this (rule 7); `suspending()`
+        is called when it first suspends. Not for a cancelled call."""
+        self._group._started_one()
+        self._worker = worker
+        try:
+            await _FirstSuspension(self._fn(*self._args), suspending)
+        finally:
+            self._worker = None
+            self._group._finished(self)
+
+    async def run(self, worker: Worker) -> None:
         # The waiter of `all_started` runs after this step, which takes `fn` to its first
         # checkpoint: by then the delegate has the call.
         self._group._started_one()
@@ -173,6 +212,46 @@ class DelegateCall:
         finally:
             self._worker = None
             self._group._finished(self)
+
+
+class _FirstSuspension:
+    """Awaits `coroutine`, and calls `suspending()` the first time it suspends (rule 7).
+
+    trio resumes a task by sending into its coroutine, so after the first suspension this only
+    passes along what the coroutine yields to trio and what trio sends (or throws) back.
+    """
+
+    __slots__ = ("_coroutine", "_suspending")
+
+    def __init__(
+        self, coroutine: Coroutine[Any, Any, object], suspending: Callable[[], None]
+    ) -> None:
+        self._coroutine = coroutine
+        self._suspending = suspending
+
+    def __await__(self) -> Generator[Any, Any, object]:
+        coroutine = self._coroutine
+        try:
+            trap = coroutine.send(None)
+        except StopIteration as done:
+            return done.value
+        self._suspending()
+        while True:
+            try:
+                sent = yield trap
+            except GeneratorExit:
+                coroutine.close()
+                raise
+            except BaseException as thrown:
+                try:
+                    trap = coroutine.throw(thrown)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    trap = coroutine.send(sent)
+                except StopIteration as done:
+                    return done.value
 
 
 class CallbackGroup:
@@ -187,12 +266,18 @@ class CallbackGroup:
         self._idle: trio.Event | None = None
         self._started: trio.Event | None = None
 
-    def start(self, fn: Callable[[*Ts], Awaitable[object]], *args: *Ts) -> DelegateCall:
+    def start(self, fn: Callable[[*Ts], Coroutine[Any, Any, object]], *args: *Ts) -> DelegateCall:
         """Run `fn(*args)` in a worker; returns the call, to cancel it."""
+        call = self.prepare(fn, *args)
+        self._workers.run(call)
+        return call
+
+    def prepare(self, fn: Callable[[*Ts], Coroutine[Any, Any, object]], *args: *Ts) -> DelegateCall:
+        """The call of `fn(*args)`, started but not yet run: its caller runs it soon, inline or
+        in a worker (rule 7)."""
         call = DelegateCall(self, fn, args)
         self._calls.add(call)
         self._unstarted += 1
-        self._workers.run(call)
         return call
 
     def _started_one(self) -> None:

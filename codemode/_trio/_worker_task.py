@@ -1,4 +1,4 @@
-"""The body of a call worker's task (`_callbacks.py`, rules 1-3 and 5): the one part of the call
+"""The body of a call worker's task (`_callbacks.py`, rules 1-3, 5 and 7): the one part of the call
 workers that stays interpreted when the build compiles the rest.
 
 trio's KeyboardInterrupt protection marks the code object of the function it protects, and
@@ -14,19 +14,19 @@ from typing import TYPE_CHECKING
 import trio
 
 if TYPE_CHECKING:
-    from ._callbacks import CallWorkers, DelegateCall
+    from ._callbacks import CallWorkers, Job
 
 
 @trio.lowlevel.enable_ki_protection  # rule 5
-async def work(workers: CallWorkers, first: DelegateCall) -> None:
-    """Run `first`, then park for the next call until `workers` retire this worker."""
+async def work(workers: CallWorkers, first: Job) -> None:
+    """Run `first`, then park for the next job until `workers` retire this worker."""
     with trio.CancelScope() as scope:
         worker = workers.enlist(trio.lowlevel.current_task(), scope)
-        call: DelegateCall | None = first
+        job: Job | None = first
         del first
-        while call is not None:
-            await call.run(worker)
-            call = None  # a parked worker keeps nothing of its last call (rule 6)
+        while job is not None:
+            await job.run(worker)
+            job = None  # a parked worker keeps nothing of its last job (rule 6)
             if not workers.keeps(worker):
                 return  # rule 2, rule 3
-            call = await workers.park(worker)
+            job = await workers.park(worker)

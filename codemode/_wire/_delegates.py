@@ -21,6 +21,7 @@ Rules (design.md, host 4.4):
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable
 from functools import partial
 
@@ -101,6 +102,12 @@ class ClientCells:
         self._nursery = nursery
         if self._workers is None:
             self._workers = CallWorkers(nursery, keep=LINK_WORKERS)
+
+    @property
+    def workers(self) -> CallWorkers:
+        """Where the calls run (and the link's reading: `_stream.py`); set by `serve_in`."""
+        assert self._workers is not None
+        return self._workers
 
     # ---- cells ---------------------------------------------------------------------------
 
@@ -183,12 +190,18 @@ class ClientCells:
 
     # ---- reverse calls -------------------------------------------------------------------
 
-    def start_call(self, event: DelegateRequested) -> bool:
-        """Run a reverse call; False if the cell has no delegate here (a bug on this side)."""
+    def start_call(self, event: DelegateRequested, queue: deque[DelegateCall] | None) -> bool:
+        """Run a reverse call in a worker, or put it in `queue`, the reading's, which runs it
+        next (`_stream.py`); False if the cell has no delegate here (a bug on this side)."""
         cell = self._live.get((event.session_id, event.cell_id))
         if cell is None:
             return False
-        self._calls[event.call_id] = cell.calls.start(self._run_call, event, cell)
+        if queue is None:
+            call = cell.calls.start(self._run_call, event, cell)
+        else:
+            call = cell.calls.prepare(self._run_call, event, cell)
+            queue.append(call)
+        self._calls[event.call_id] = call
         return True
 
     def _approval(self, call_id: int, waiting: bool) -> None:

@@ -34,6 +34,7 @@ Rules:
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable
 
 import trio
@@ -42,6 +43,7 @@ from .._api import AdmissionLimits, SessionDelegate
 from .._trio import (
     CLEANUP_GRACE,
     CallWorkers,
+    DelegateCall,
     OneShot,
     open_service_nursery,
 )
@@ -198,6 +200,8 @@ class LinkCore:
         finally:
             # However the link ends (a bug raising out of its tasks too), nothing waits on it.
             self._lost("code-mode host connection ended")
+            if self._stream is not None:
+                self._stream.stop_reading()  # it reads in the workers, not in the nursery
             with trio.CancelScope(shield=True):
                 await self._transport.reap()
             self._finished.set()
@@ -234,7 +238,7 @@ class LinkCore:
         """Read and write these streams from now on (the first, or a resumed one: rule 4)."""
         assert self._nursery is not None
         self._stream = LinkStream(self, send, receive, self._connection.take_outgoing)
-        self._stream.start(self._nursery)
+        self._stream.start(self._nursery, self._cells.workers)
 
     def _watch(self) -> None:
         """Watch the host on the current stream (with the heartbeat capability)."""
@@ -268,13 +272,13 @@ class LinkCore:
         self._stdout_done.set()
         self._lost(await self._transport.ended())  # rule 2: the exit status, once known
 
-    def received(self, data: bytes | bytearray) -> bool:
+    def received(self, data: bytes | bytearray, calls: deque[DelegateCall]) -> bool:
         try:
             self._connection.receive_data(data)
         except RemoteProtocolError as error:  # pragma: no cover - the connection failed before
             self._lost(f"failed to read code-mode host message: {error}", error)
             return False
-        self._pump()
+        self._pump(calls)
         return self._connection.is_open
 
     def resuming(self) -> None:
@@ -355,18 +359,19 @@ class LinkCore:
         # keepalive), so only its silence tells. Lost: everything pending fails, it is killed.
         self._lost(f"code-mode host stopped answering: {reason}")
 
-    def _pump(self) -> None:
-        """Dispatch every event the connection has (also those a call produced locally)."""
+    def _pump(self, calls: deque[DelegateCall] | None = None) -> None:
+        """Dispatch every event the connection has (also those a call produced locally); the
+        reading passes `calls`, where the delegate calls go that it runs next (`_stream.py`)."""
         if self.failure is not None:
             return
         try:
             while (event := self._connection.next_event()) is not NEED_DATA:
-                self._dispatch(event)
+                self._dispatch(event, calls)
         except RemoteProtocolError as error:
             self._lost(f"failed to read code-mode host message: {error}", error)
         self._flush()
 
-    def _dispatch(self, event: ClientEvent) -> None:
+    def _dispatch(self, event: ClientEvent, calls: deque[DelegateCall] | None) -> None:
         match event:
             case Answered(request_id=request_id, result=result):
                 context = self._executes.pop(request_id, None)
@@ -379,7 +384,7 @@ class LinkCore:
             case InitialAnswered(request_id=request_id, result=initial):
                 self._slots.deliver_initial(request_id, initial)
             case DelegateRequested():
-                if not self._cells.start_call(event):
+                if not self._cells.start_call(event, calls):
                     # The connection knows the cell and we do not: a bug here, not the host's.
                     self._lost(f"code-mode client has no delegate for cell {event.cell_id}")
             case DelegateCancelled(call_id=call_id):
