@@ -367,13 +367,12 @@ async def test_a_call_run_inline_that_never_suspends_costs_no_other_task() -> No
                 worker = Worker(trio.lowlevel.current_task(), scope)
                 for _ in range(3):
                     call = group.prepare(at_once)
-                    assert not group.all_running
-                    assert not group.idle
+                    before = (group.all_running, group.idle)
                     await call.run_inline(
                         worker, lambda: handed_on.append(trio.lowlevel.current_task())
                     )
-                    assert group.all_running
-                    assert group.idle
+                    assert before == (False, False)
+                    assert (group.all_running, group.idle) == (True, True)
             assert workers.parked == 0
             assert len(nursery.child_tasks) == 0
     assert tasks == [trio.lowlevel.current_task()] * 3
@@ -386,7 +385,7 @@ async def test_a_call_run_inline_hands_on_at_its_first_suspension_and_ends_in_it
     steps: list[str] = []
     send, receive = trio.open_memory_channel[int](1)
 
-    async def suspends() -> int:
+    async def suspends() -> None:
         steps.append("began")
         await trio.lowlevel.checkpoint()
         steps.append(f"got {await receive.receive()}")
@@ -395,7 +394,6 @@ async def test_a_call_run_inline_hands_on_at_its_first_suspension_and_ends_in_it
         except trio.EndOfChannel:
             steps.append("end of channel")
         await trio.sleep_forever()
-        return 0  # pragma: no cover - cancelled above
 
     def suspending() -> None:
         steps.append("suspending")

@@ -187,6 +187,11 @@ class _Reading(Job):
         except RuntimeError:  # the workers' nursery is closed: the provider is gone
             calls.clear()
 
+    def _held_by(self, worker: Worker) -> bool:
+        # A method, not a test in `run`: there mypy narrows `_holder` to the worker `run`
+        # stored, and the compiled build trusts that across the awaits that change it.
+        return self._holder is worker
+
     async def run(self, worker: Worker) -> None:
         self._holder = worker
         calls = self._calls
@@ -200,7 +205,7 @@ class _Reading(Job):
                         self._workers.run(call)  # it meets its cancellation in a worker
                         continue
                     await call.run_inline(worker, self._hand_on)
-                    if self._holder is not worker:
+                    if not self._held_by(worker):
                         return  # it suspended: another worker reads, this one ran the call
                     if worker.scope.cancel_called:  # stopped, or the call cancelled itself
                         self._hand_on()
@@ -212,10 +217,10 @@ class _Reading(Job):
                     break
                 if not stream.arrived(data, calls):
                     break
-        except Exception as error:  # a bug: never out of a worker, whose nursery is shared
-            if self._holder is not worker:
+        except Exception as bug:  # never out of a worker, whose nursery is shared
+            if not self._held_by(worker):
                 raise  # a call's, after it handed the reading on (calls contain their own)
-            stream.failed(error)
+            stream.failed(bug)
         self._holder = None
         self._stopped = True
         self._give_up()
