@@ -26,7 +26,8 @@ Rules:
    stays cancelled) instead of parking: cancellation costs a spawn later, never a late cancel of
    another call. A call cancelled before its worker took it is cancelled as soon as it is taken,
    so the delegate sees it and meets `Cancelled` at its first checkpoint, as a task started in a
-   cancelled scope would. Nothing else cancels a worker's scope.
+   cancelled scope would. Nothing else cancels a worker's scope but a job's own stop: the
+   link's reading (rule 7) cancels the scope of the worker holding it, to end its read.
 3. At most `keep` workers park; a worker finishing a call when that many are parked ends. After
    `close()` none parks: those parked end, and busy ones end after their call.
 4. Every worker starts in a copy of the context `CallWorkers` was made in (`contextvars`), not
