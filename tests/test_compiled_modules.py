@@ -97,6 +97,65 @@ def stale_none_tests(source: str) -> list[str]:
     return found
 
 
+def _optional_attributes(source: str) -> set[str]:
+    """The `self.` attributes a module declares with `None` among their types (`self._x: T |
+    None = ...` or a class-level `_x: T | None`)."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.AnnAssign) and "None" in ast.unparse(node.annotation):
+            target = node.target
+            if isinstance(target, ast.Attribute):
+                names.add(ast.unparse(target))
+            elif isinstance(target, ast.Name):
+                names.add(f"self.{target.id}")
+    return names
+
+
+def stale_assignments(source: str) -> list[str]:
+    """`function: attribute` for each attribute declared optional that a function assigns a
+    value other than `None` and reads again after an `await` or a call of one of its object's
+    methods, with no assignment between. mypy narrows the attribute to the value's type from the assignment on and keeps it
+    across the call, which may have reset it (another task, a callback); mypyc trusts the
+    narrowing and raises `TypeError` on the `None` it finds. Read it through a method instead.
+    The order is the source's, lines and loops taken as written: a heuristic that errs on the
+    side of reporting."""
+    optional = _optional_attributes(source)
+    found = []
+    for function in ast.walk(ast.parse(source)):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        nodes = [node for statement in function.body for node in ast.walk(statement)]
+        # Where something else may run: an `await`, or a method of the object itself. Taken at
+        # its last line: its arguments are read before it runs.
+        calls = sorted(
+            n.end_lineno or n.lineno
+            for n in nodes
+            if isinstance(n, ast.Await)
+            or (isinstance(n, ast.Call) and ast.unparse(n.func).startswith("self."))
+        )
+        stores: dict[str, list[tuple[int, bool]]] = {}
+        for node in nodes:
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    name = ast.unparse(target)
+                    if name in optional:
+                        is_none = isinstance(node.value, ast.Constant) and node.value.value is None
+                        stores.setdefault(name, []).append((node.lineno, not is_none))
+        stale = set()
+        for node in nodes:
+            if not (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)):
+                continue
+            name = ast.unparse(node)
+            before = [store for store in stores.get(name, []) if store[0] < node.lineno]
+            if not before:
+                continue
+            line, narrowed = max(before)
+            if narrowed and any(line < call < node.lineno for call in calls):
+                stale.add(f"{function.name}: {name}")
+        found += sorted(stale)
+    return found
+
+
 def test_the_list_names_modules_that_exist() -> None:
     paths = compiled_modules()
     assert paths, "nothing is compiled"
@@ -112,6 +171,41 @@ def test_an_exception_name_keeps_one_type_in_a_function(path: str) -> None:
 @pytest.mark.parametrize("path", compiled_modules())
 def test_a_none_test_is_not_trusted_after_a_call(path: str) -> None:
     assert stale_none_tests((ROOT / path).read_text()) == []
+
+
+@pytest.mark.parametrize("path", compiled_modules())
+def test_an_assigned_attribute_is_not_trusted_after_a_call(path: str) -> None:
+    assert stale_assignments((ROOT / path).read_text()) == []
+
+
+def test_the_check_finds_a_stale_assignment() -> None:
+    source = """
+class Reading:
+    _spare: int | None = None
+
+    def __init__(self) -> None:
+        self._holder: Worker | None = None
+        self._count = 0
+
+    async def run(self, worker: Worker) -> None:
+        self._holder = worker
+        self._count = 1
+        await self._step()
+        if self._holder is not worker:
+            return
+        self._holder = None
+        await self._step()
+        self._holder.cancel()
+        self._spare = 3
+        self._spare = None
+        self.call()
+        print(self._spare, self._count)
+
+    def fresh(self, worker: Worker) -> None:
+        self._holder = worker
+        self._holder.start()
+"""
+    assert stale_assignments(source) == ["run: self._holder"]
 
 
 def test_the_check_finds_a_stale_none_test() -> None:
