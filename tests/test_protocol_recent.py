@@ -39,3 +39,18 @@ def test_numbers_answer_as_the_generic_book_whatever_the_order() -> None:
         if step % 101 == 0:
             for probe in [*added[-RECENT_IDS - 3 :], 0, 2**63 - 1, "1", None]:
                 assert (probe in numbers) == (probe in generic), (seed, step, probe)
+
+
+def test_numbers_stay_within_twice_the_book_whatever_the_order() -> None:
+    """Forgotten values are cut off, not kept: ids that only grow (the smallest forgotten each
+    time), then a mix; the book answers as the generic one throughout."""
+    generic, numbers = RecentIds(), RecentNumbers()
+    rng = random.Random(7)
+    values = [*range(1, 5 * RECENT_IDS), *(rng.randrange(1, 2**63) for _ in range(RECENT_IDS))]
+    for step, value in enumerate(values):
+        generic.add(value)
+        numbers.add(value)
+        assert len(numbers._sorted) < 2 * RECENT_IDS
+        if step % 997 == 0:
+            for probe in values[max(0, step - RECENT_IDS - 3) : step + 3]:
+                assert (probe in numbers) == (probe in generic), (step, probe)

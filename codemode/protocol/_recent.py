@@ -43,31 +43,46 @@ class RecentIds:
 class RecentNumbers:
     """The last `RECENT_IDS` integers added (each between -2**63 and 2**63 - 1), held without
     a Python object per value: a ring in the order added, and the same values sorted (looked up
-    by bisection; ids that only grow are appended at its end)."""
+    by bisection; ids that only grow are appended at its end).
 
-    __slots__ = ("_next", "_ring", "_sorted")
+    The sorted values start at `_start`: the values before it were forgotten. Ids that only grow
+    forget the smallest each time, and deleting it would move the 4095 values after it (32 KB a
+    call, once the book is full); the start moves instead, and the forgotten values are cut off
+    once there are `RECENT_IDS` of them, one move every `RECENT_IDS` calls.
+    """
+
+    __slots__ = ("_next", "_ring", "_sorted", "_start")
 
     def __init__(self) -> None:
         self._ring = array.array("q")
         self._sorted = array.array("q")
         self._next = 0  # the ring's oldest value once it is full
+        self._start = 0
 
     def add(self, value: int) -> None:
         ring, ordered = self._ring, self._sorted
         if len(ring) < RECENT_IDS:
             ring.append(value)
         else:
-            del ordered[bisect.bisect_left(ordered, ring[self._next])]
+            start, oldest = self._start, ring[self._next]
+            if ordered[start] == oldest:
+                start += 1
+                if start == RECENT_IDS:
+                    del ordered[:start]
+                    start = 0
+                self._start = start
+            else:
+                del ordered[bisect.bisect_left(ordered, oldest, start)]
             ring[self._next] = value
             self._next = (self._next + 1) % RECENT_IDS
-        if not ordered or value >= ordered[-1]:
+        if len(ordered) == self._start or value >= ordered[-1]:
             ordered.append(value)
         else:
-            ordered.insert(bisect.bisect_left(ordered, value), value)
+            ordered.insert(bisect.bisect_left(ordered, value, self._start), value)
 
     def __contains__(self, value: object) -> bool:
         if not isinstance(value, int):
             return False
         ordered = self._sorted
-        i = bisect.bisect_left(ordered, value)
+        i = bisect.bisect_left(ordered, value, self._start)
         return i < len(ordered) and ordered[i] == value
