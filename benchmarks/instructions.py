@@ -15,6 +15,12 @@ Each is reported for its trio thread (the process's main thread: the Python a ce
 for its other threads together (in `host` and `in-process` the engine's workers and preparer).
 Workloads: `text` is `text("hi")`; `tool` is one `await tools.echo({})` and then `text("ok")`.
 
+`--sessions N` runs the cells in N sessions at once (each its own session, the thin host's
+sharing its one connection, as `throughput_bench.py` does) instead of one after another. Under
+valgrind the counted process is the slowest by far, so the other side answers at once and every
+read and write carries as many frames as the sessions have waiting: what a cell costs once the
+passes, reads and writes are shared among many cells, as at 64 sessions on a busy machine.
+
 The count of one version varies by 1-3 % from run to run (how many scheduler passes a cell took
 depends on timing, even under valgrind), now and then more: compare the medians of `--repeat 3`
 or more. To compare two versions, run this in a checkout of each (`git worktree add`, with its
@@ -28,8 +34,8 @@ in-memory span exporter and metric reader; each row then shows its ratio to `off
 
 Run: `python -m benchmarks.instructions [--cells 400] [--repeat 1]
 [--only client,host,in-process,thin-client,thin-host] [--workloads text,tool]
-[--tracing off]` (from the repository's root; needs `valgrind` on the PATH; about a minute per
-component, workload, tracing mode and repeat).
+[--tracing off] [--sessions 1]` (from the repository's root; needs `valgrind` on the PATH;
+about a minute per component, workload, tracing mode and repeat).
 """
 
 from __future__ import annotations
@@ -41,16 +47,18 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
 import codemode
 from benchmarks._cells import Delegate, run_cell
 from codemode import ContentItem
+
+T = TypeVar("T")
 
 COMPONENTS = ("client", "host", "in-process", "thin-client", "thin-host")
 WORKLOADS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -131,14 +139,14 @@ def thread_counts(prefix: Path) -> tuple[int, int]:
 
 
 async def run_cells(
-    component: str, workload: str, cells: int, host: Sequence[str] = ()
+    component: str, workload: str, cells: int, host: Sequence[str] = (), sessions: int = 1
 ) -> list[list[ContentItem]] | list[list[str]]:
-    """Run `cells` sequential cells of `workload` through the component's provider (`host`:
-    the command of the host process, for the `host` component; for `thin-host`, the command
-    the thin host's is prefixed with); the output of each."""
+    """Run `cells` cells of `workload` through the component's provider, in `sessions`
+    sessions at once (`host`: the command of the host process, for the `host` component; for
+    `thin-host`, the command the thin host's is prefixed with); the output of each."""
     source, tools = WORKLOADS[workload]
     if component.startswith("thin-"):
-        return await run_thin_cells(source, cells, host)
+        return await run_thin_cells(source, cells, host, sessions)
     opened: AbstractAsyncContextManager[Any]
     if component == "in-process":
         opened = codemode.open_in_process_provider()
@@ -147,37 +155,66 @@ async def run_cells(
         opened = codemode.open_process_provider(
             host_command=list(host) or None, handshake_timeout=120, shutdown_timeout=120
         )
-    outputs = []
     async with opened as provider:
-        session = await provider.create_session()
         delegate = Delegate()
-        for _ in range(cells):
-            outputs.append((await run_cell(session, source, delegate, tools)).content_items)
-    return outputs
+        runners = []
+        for _ in range(sessions):
+            session = await provider.create_session()
+
+            async def run(session: codemode.Session = session) -> list[ContentItem]:
+                return (await run_cell(session, source, delegate, tools)).content_items
+
+            runners.append(run)
+        return await _share_cells(runners, cells)
 
 
-async def run_thin_cells(source: str, cells: int, host: Sequence[str] = ()) -> list[list[str]]:
+async def run_thin_cells(
+    source: str, cells: int, host: Sequence[str] = (), sessions: int = 1
+) -> list[list[str]]:
     """`run_cells` through the thin host (its one tool, `echo`, answered `{}` by the parent)."""
     from benchmarks._thin import open_thin_host
 
     command = [*host, sys.executable, "-m", "benchmarks._thin_host"] if host else None
     async with open_thin_host(command) as thin:
-        return [await thin.run_cell(source) for _ in range(cells)]
+        return await _share_cells([lambda: thin.run_cell(source)] * sessions, cells)
+
+
+async def _share_cells(runners: Sequence[Callable[[], Awaitable[T]]], cells: int) -> list[T]:
+    """`cells` cells in all, each runner running one after another and all runners at once;
+    the outputs in the order the cells finished."""
+    outputs: list[T] = []
+    left = cells
+
+    async def loop(run: Callable[[], Awaitable[T]]) -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            outputs.append(await run())
+
+    async with trio.open_nursery() as nursery:
+        for run in runners:
+            nursery.start_soon(loop, run)
+    return outputs
 
 
 def count_run(
-    component: str, workload: str, cells: int, prefix: Path, tracing: str = "off"
+    component: str,
+    workload: str,
+    cells: int,
+    prefix: Path,
+    tracing: str = "off",
+    sessions: int = 1,
 ) -> tuple[int, int]:
     """One run of `cells` cells with the component's process under callgrind; its counts
     (`tracing`: the counted child's tracing mode; the host's own is always off)."""
     if component == "host":
         host = [*callgrind(prefix), sys.executable, "-m", "codemode_host"]
-        trio.run(run_cells, component, workload, cells, host)
+        trio.run(run_cells, component, workload, cells, host, sessions)
     elif component == "thin-host":
-        trio.run(run_cells, component, workload, cells, callgrind(prefix))
+        trio.run(run_cells, component, workload, cells, callgrind(prefix), sessions)
     else:
         child = [sys.executable, "-m", "benchmarks.instructions", "--child"]
-        child += [component, workload, str(cells)]
+        child += [component, workload, str(cells), str(sessions)]
         done = subprocess.run(
             [*callgrind(prefix), *child],
             env={**os.environ, TRACING_VARIABLE: tracing},
@@ -194,12 +231,21 @@ def count_run(
 
 
 def per_cell(
-    component: str, workload: str, cells: int, directory: Path, tracing: str = "off"
+    component: str,
+    workload: str,
+    cells: int,
+    directory: Path,
+    tracing: str = "off",
+    sessions: int = 1,
 ) -> tuple[float, float]:
-    """Instructions one more cell costs the component: (trio thread, other threads)."""
+    """Instructions one more cell costs the component: (trio thread, other threads). With
+    several sessions the shorter run has two cells a session, so that each is as warm."""
     name = f"{component}-{workload}-{tracing}"
-    short = count_run(component, workload, WARM, directory / f"{name}-short", tracing)
-    long = count_run(component, workload, WARM + cells, directory / f"{name}-long", tracing)
+    warm = max(WARM, 2 * sessions)
+    short = count_run(component, workload, warm, directory / f"{name}-short", tracing, sessions)
+    long = count_run(
+        component, workload, warm + cells, directory / f"{name}-long", tracing, sessions
+    )
     return (long[0] - short[0]) / cells, (long[1] - short[1]) / cells
 
 
@@ -213,6 +259,7 @@ def measure(
     cells: int,
     repeat: int,
     tracing: Sequence[str] = ("off",),
+    sessions: int = 1,
 ) -> list[Row]:
     """For each component, workload and tracing mode, `repeat` measurements of `per_cell`."""
     rows = []
@@ -223,7 +270,9 @@ def measure(
                 other_counts: list[float] = []
                 for _ in range(repeat):
                     with tempfile.TemporaryDirectory(prefix="codemode-callgrind-") as directory:
-                        main, other = per_cell(component, workload, cells, Path(directory), mode)
+                        main, other = per_cell(
+                            component, workload, cells, Path(directory), mode, sessions
+                        )
                     trio_counts.append(main)
                     other_counts.append(other)
                     print(
@@ -266,12 +315,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--only", default=",".join(COMPONENTS), help="components to count")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="workloads to run")
     parser.add_argument("--tracing", default="off", help="tracing modes: off, noop, memory")
-    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--sessions", type=int, default=1, help="sessions running at once")
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     arguments = parser.parse_args(argv)
     if arguments.child:
-        component, workload, cells = arguments.child
+        component, workload, cells, sessions = arguments.child
         configure_tracing(os.environ.get(TRACING_VARIABLE, "off"))
-        trio.run(run_cells, component, workload, int(cells))
+        trio.run(run_cells, component, workload, int(cells), (), int(sessions))
         return
     components = [name for name in arguments.only.split(",") if name]
     workloads = [name for name in arguments.workloads.split(",") if name]
@@ -280,12 +330,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     unknown |= set(tracing) - set(TRACING_MODES)
     if unknown:
         parser.error(f"unknown components or workloads: {sorted(unknown)}")
-    if arguments.cells < 1 or arguments.repeat < 1:
-        parser.error("--cells and --repeat must be at least 1")
+    if arguments.cells < 1 or arguments.repeat < 1 or arguments.sessions < 1:
+        parser.error("--cells, --repeat and --sessions must be at least 1")
     if shutil.which("valgrind") is None:
         parser.error("valgrind is not on the PATH (the counts are callgrind's)")
-    print(f"instructions per cell ({arguments.cells} cells; trio thread / other threads):")
-    rows = measure(components, workloads, arguments.cells, arguments.repeat, tracing)
+    at_once = f", {arguments.sessions} sessions at once" if arguments.sessions > 1 else ""
+    print(f"instructions per cell ({arguments.cells} cells{at_once}; trio thread / other threads):")
+    rows = measure(
+        components, workloads, arguments.cells, arguments.repeat, tracing, arguments.sessions
+    )
     print(render(rows))
 
 

@@ -120,6 +120,17 @@ async def test_the_counted_workloads_run_through_the_thin_host() -> None:
             assert outputs == [[text]] * 2, workload
 
 
+@pytest.mark.parametrize(
+    "component", [pytest.param("client", marks=pytest.mark.slow), "in-process", "thin-client"]
+)
+async def test_the_counted_workloads_run_in_sessions_at_once(component: str) -> None:
+    # `--sessions`: the cells asked for, no more, shared among the sessions.
+    expected = [InputText(text="ok")] if component != "thin-client" else ["ok"]
+    with trio.fail_after(30):
+        outputs = await instructions.run_cells(component, "tool", 7, sessions=3)
+    assert outputs == [expected] * 7
+
+
 @pytest.mark.slow
 async def test_the_timeline_probes_both_hosts() -> None:
     # The probes patch the engine's start_cell and _dispatch: a rename must fail here.
