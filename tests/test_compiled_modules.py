@@ -30,14 +30,19 @@ def compiled_modules() -> list[str]:
     raise AssertionError("setup.py has no COMPILED_MODULES list")
 
 
+def _functions(tree: ast.AST) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """Every function and method in `tree`, nested ones included."""
+    return [
+        node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    ]
+
+
 def rebound_exception_names(source: str) -> list[str]:
     """`function: name` for each function that binds one name in `except ... as name` clauses
     of different types. mypyc gives the variable the type of its first clause, so a later
     clause catching anything else raises `TypeError` instead of running."""
     found = []
-    for function in ast.walk(ast.parse(source)):
-        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
-            continue
+    for function in _functions(ast.parse(source)):
         types: dict[str, set[str]] = {}
         for node in ast.walk(function):
             if isinstance(node, ast.ExceptHandler) and node.name and node.type is not None:
@@ -67,9 +72,7 @@ def stale_none_tests(source: str) -> list[str]:
     callback); mypyc trusts it and raises `TypeError` on the value it finds. A `while` block
     runs its test again after its body: the read is the test itself."""
     found = []
-    for function in ast.walk(ast.parse(source)):
-        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
-            continue
+    for function in _functions(ast.parse(source)):
         for block in ast.walk(function):
             if not isinstance(block, ast.If | ast.While):
                 continue
@@ -97,11 +100,11 @@ def stale_none_tests(source: str) -> list[str]:
     return found
 
 
-def _optional_attributes(source: str) -> set[str]:
+def _optional_attributes(tree: ast.AST) -> set[str]:
     """The `self.` attributes a module declares with `None` among their types (`self._x: T |
     None = ...` or a class-level `_x: T | None`)."""
     names = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.AnnAssign) and "None" in ast.unparse(node.annotation):
             target = node.target
             if isinstance(target, ast.Attribute):
@@ -114,16 +117,15 @@ def _optional_attributes(source: str) -> set[str]:
 def stale_assignments(source: str) -> list[str]:
     """`function: attribute` for each attribute declared optional that a function assigns a
     value other than `None` and reads again after an `await` or a call of one of its object's
-    methods, with no assignment between. mypy narrows the attribute to the value's type from the assignment on and keeps it
-    across the call, which may have reset it (another task, a callback); mypyc trusts the
-    narrowing and raises `TypeError` on the `None` it finds. Read it through a method instead.
+    methods, with no assignment between. mypy narrows the attribute to the value's type from
+    the assignment on and keeps it across the call, which may have reset it (another task, a
+    callback); mypyc trusts the narrowing and raises `TypeError` on the `None` it finds. Read it through a method instead.
     The order is the source's, lines and loops taken as written: a heuristic that errs on the
     side of reporting."""
-    optional = _optional_attributes(source)
+    tree = ast.parse(source)
+    optional = _optional_attributes(tree)
     found = []
-    for function in ast.walk(ast.parse(source)):
-        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
-            continue
+    for function in _functions(tree):
         nodes = [node for statement in function.body for node in ast.walk(statement)]
         # Where something else may run: an `await`, or a method of the object itself. Taken at
         # its last line: its arguments are read before it runs.
