@@ -311,6 +311,27 @@ def test_a_payload_of_exactly_the_limit_is_allowed() -> None:
     assert decoder.next_message() is NEED_DATA
 
 
+@pytest.mark.parametrize("size", [10, 64 * 1024 - 200, 64 * 1024, 3 * 1024 * 1024])
+def test_small_and_large_payloads_decode_alike(size: int) -> None:
+    """Small payloads are decoded from a copy, large ones in place (`_codec`): either way a
+    frame decodes to its message, a bad one names its problem and hands its payload back, and
+    the buffer stays usable (a view left unreleased would refuse the next bytes)."""
+    good = DelegateResponse(id=7, result=Ok(value=ToolResult(result="x" * size)))
+    bad = {"type": "delegate/response", "id": 8, "result": "y" * size}
+    decoder: FrameDecoder[object] = FrameDecoder(ClientMessage)  # type: ignore[arg-type]
+    frames = FrameEncoder().encode(good) + _framed(bad) + FrameEncoder().encode(good)
+    middle = len(frames) // 2
+    decoder.receive_data(frames[:middle])
+    assert decoder.next_message() == good
+    decoder.receive_data(frames[middle:])
+    with pytest.raises(FrameDecodeError, match=r"at `\$\.result`") as raised:
+        decoder.next_message()
+    assert msgspec.msgpack.decode(raised.value.payload) == bad
+    assert decoder.next_message() == good
+    assert decoder.next_message() is NEED_DATA
+    assert decoder.buffered == 0
+
+
 def test_oversized_messages_are_refused_by_the_encoder() -> None:
     message = DelegateResponse(id=1, result=Ok(value=ToolResult(result="x" * MAX_FRAME_BYTES)))
     with pytest.raises(FrameTooLargeError, match="exceeds 67108864 bytes") as raised:

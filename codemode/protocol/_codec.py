@@ -18,14 +18,25 @@ from __future__ import annotations
 
 import enum
 import struct
-from typing import Generic, TypeVar
+from collections.abc import Callable
+from typing import Final, Generic, TypeVar
 
 import msgspec
 
 from ._errors import LocalProtocolError, RemoteProtocolError
 
-MAX_FRAME_BYTES = 64 * 1024 * 1024
-_PREFIX = struct.Struct("<I")
+# `Final`: the compiled build reads these as C statics, where a module global is a dictionary
+# lookup (and a `Struct`'s method one more) for every frame of every cell.
+MAX_FRAME_BYTES: Final = 64 * 1024 * 1024
+PREFIX_BYTES: Final = 4
+"""Bytes of the length prefix of every frame (a little-endian unsigned 32-bit integer)."""
+_EMPTY_PREFIX: Final = bytes(PREFIX_BYTES)
+_pack_length: Final = struct.Struct("<I").pack_into
+_unpack_length: Final = struct.Struct("<I").unpack_from
+_COPY_BELOW: Final = 64 * 1024
+"""A payload shorter than this is decoded from a copy of its bytes: making, slicing and
+releasing a memoryview cost more than copying a frame of a cell's path (about a kilobyte), and
+only a large payload is worth decoding in place."""
 
 M = TypeVar("M")
 
@@ -64,14 +75,16 @@ class NeedData(enum.Enum):
     NEED_DATA = "NEED_DATA"
 
 
-NEED_DATA = NeedData.NEED_DATA
+NEED_DATA: Final = NeedData.NEED_DATA
 
 
 class FrameEncoder:
     """Encodes messages into frames, checking the size first."""
 
     def __init__(self) -> None:
-        self._encoder = msgspec.msgpack.Encoder()
+        self._encode_into: Callable[[object, bytearray, int], None] = (
+            msgspec.msgpack.Encoder().encode_into
+        )
 
     def encode(self, message: object) -> bytes:
         """The whole frame of `message`.
@@ -91,24 +104,26 @@ class FrameEncoder:
             TypeError, ValueError, msgspec.EncodeError: a value with no msgpack form.
         """
         start = len(out)
-        out += bytes(_PREFIX.size)
+        out += _EMPTY_PREFIX
         try:
-            self._encoder.encode_into(message, out, start + _PREFIX.size)
+            self._encode_into(message, out, start + PREFIX_BYTES)
         except BaseException:
             del out[start:]  # a value with no msgpack form: the frames before stay whole
             raise
-        length = len(out) - start - _PREFIX.size
+        length = len(out) - start - PREFIX_BYTES
         if length > MAX_FRAME_BYTES:
             del out[start:]
             raise FrameTooLargeError(length)
-        _PREFIX.pack_into(out, start, length)
+        _pack_length(out, start, length)
 
 
 class FrameDecoder(Generic[M]):
     """Turns a byte stream into messages of type `M` (a tagged union)."""
 
     def __init__(self, message_type: type[M]) -> None:
-        self._decoder = msgspec.msgpack.Decoder(message_type)
+        self._decode: Callable[[bytes | bytearray | memoryview], M] = msgspec.msgpack.Decoder(
+            message_type
+        ).decode
         self._buffer = bytearray()
         self._position = 0
 
@@ -121,26 +136,35 @@ class FrameDecoder(Generic[M]):
         self._buffer += data
 
     def next_message(self) -> M | NeedData:
-        available = len(self._buffer) - self._position
-        if available < _PREFIX.size:
-            return self._compact(NEED_DATA)
-        (length,) = _PREFIX.unpack_from(self._buffer, self._position)
+        buffer = self._buffer
+        position = self._position
+        available = len(buffer) - position
+        if available < PREFIX_BYTES:
+            return self._compact()
+        length: int = _unpack_length(buffer, position)[0]
         if length > MAX_FRAME_BYTES:
             raise FrameLengthError(length)
-        if available < _PREFIX.size + length:
-            return self._compact(NEED_DATA)
-        start = self._position + _PREFIX.size
-        payload = memoryview(self._buffer)[start : start + length]
-        self._position = start + length
+        if available < PREFIX_BYTES + length:
+            return self._compact()
+        start = position + PREFIX_BYTES
+        end = start + length
+        self._position = end
+        if length < _COPY_BELOW:
+            payload = buffer[start:end]
+            try:
+                return self._decode(payload)
+            except msgspec.DecodeError as error:
+                raise FrameDecodeError(str(error), bytes(payload)) from None
+        view = memoryview(buffer)[start:end]
         try:
-            return self._decoder.decode(payload)
+            return self._decode(view)
         except msgspec.DecodeError as error:
-            raise FrameDecodeError(str(error), bytes(payload)) from None
+            raise FrameDecodeError(str(error), bytes(view)) from None
         finally:
-            payload.release()
+            view.release()  # the buffer must be resizable again
 
-    def _compact(self, result: NeedData) -> NeedData:
+    def _compact(self) -> NeedData:
         if self._position:
             del self._buffer[: self._position]
             self._position = 0
-        return result
+        return NEED_DATA
