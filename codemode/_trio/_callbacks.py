@@ -27,7 +27,8 @@ Rules:
    another call. A call cancelled before its worker took it is cancelled as soon as it is taken,
    so the delegate sees it and meets `Cancelled` at its first checkpoint, as a task started in a
    cancelled scope would. Nothing else cancels a worker's scope but a job's own stop: the
-   link's reading (rule 7) cancels the scope of the worker holding it, to end its read.
+   link's reading (rule 7) cancels the scope of the worker holding it, to end its read. Both
+   go through `Worker.cancel`, so the worker knows without asking its scope.
 3. At most `keep` workers park; a worker finishing a call when that many are parked ends. After
    `close()` none parks: those parked end, and busy ones end after their call.
 4. Every worker starts in a copy of the context `CallWorkers` was made in (`contextvars`), not
@@ -54,7 +55,7 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable, Coroutine, Generator
-from typing import Any, TypeVarTuple
+from typing import Any, Final, TypeVarTuple
 
 import trio
 
@@ -62,19 +63,33 @@ from ._worker_task import work
 
 Ts = TypeVarTuple("Ts")
 
+# `Final`: C statics in the compiled build, where `trio.lowlevel.reschedule` is a lookup of
+# `trio` and two attribute reads for every call handed to a worker.
+_reschedule: Final = trio.lowlevel.reschedule
+_wait_task_rescheduled: Final = trio.lowlevel.wait_task_rescheduled
+
 CLEANUP_GRACE = 1.0
 """Seconds a closing cell waits for its cancelled delegate calls (design.md, design 4)."""
 
 
 class Worker:
-    """A task that runs jobs one at a time (rule 1), each in its cancel scope `scope`."""
+    """A task that runs jobs one at a time (rule 1), each in its cancel scope `scope`, which
+    only `cancel` cancels (rule 2)."""
 
-    __slots__ = ("next", "scope", "task")
+    __slots__ = ("cancelled", "next", "scope", "task")
 
     def __init__(self, task: trio.lowlevel.Task, scope: trio.CancelScope) -> None:
         self.task = task
         self.scope = scope
         self.next: Job | None = None  # handed over while it is parked
+        self.cancelled = False
+        """True once `cancel` was called: read after every job, where the scope's
+        `cancel_called` costs a reading of trio's clock (it checks the deadline)."""
+
+    def cancel(self, reason: str | None = None) -> None:
+        """Cancel the worker's scope: its job meets `Cancelled`, and the worker then ends."""
+        self.cancelled = True
+        self.scope.cancel(reason=reason)
 
 
 class Job:
@@ -122,7 +137,7 @@ class CallWorkers:
         if self._parked:
             worker = self._parked.pop()
             worker.next = job
-            trio.lowlevel.reschedule(worker.task)
+            _reschedule(worker.task)
         else:
             # The new task copies the context current when it is spawned (rule 4).
             self._context.run(self._nursery.start_soon, work, self, job)
@@ -136,7 +151,7 @@ class CallWorkers:
         """The parked workers end (rule 6); later calls start new ones."""
         parked, self._parked = self._parked, []
         for worker in parked:
-            trio.lowlevel.reschedule(worker.task)  # with no call: it ends
+            _reschedule(worker.task)  # with no call: it ends
 
     def enlist(self, task: trio.lowlevel.Task, scope: trio.CancelScope) -> Worker:
         """A new worker: `task`, which runs its calls in `scope` (`_worker_task.work`)."""
@@ -144,7 +159,7 @@ class CallWorkers:
 
     def keeps(self, worker: Worker) -> bool:
         """Whether `worker`, done with a call, parks for the next (rule 2, rule 3)."""
-        return not (worker.scope.cancel_called or self._closed or len(self._parked) >= self._keep)
+        return not (worker.cancelled or self._closed or len(self._parked) >= self._keep)
 
     async def park(self, worker: Worker) -> Job | None:
         self._parked.append(worker)
@@ -153,7 +168,7 @@ class CallWorkers:
             self._parked.remove(worker)  # the nursery is cancelled: the worker ends
             return trio.lowlevel.Abort.SUCCEEDED
 
-        await trio.lowlevel.wait_task_rescheduled(abort)
+        await _wait_task_rescheduled(abort)
         job, worker.next = worker.next, None
         return job
 
@@ -183,7 +198,7 @@ class DelegateCall(Job):
         self._cancelled = True
         self._reason = reason
         if self._worker is not None:
-            self._worker.scope.cancel(reason=reason)
+            self._worker.cancel(reason)
 
     @property
     def cancelled(self) -> bool:
@@ -207,7 +222,7 @@ class DelegateCall(Job):
         self._group._started_one()
         self._worker = worker
         if self._cancelled:
-            worker.scope.cancel(reason=self._reason)
+            worker.cancel(self._reason)
         try:
             await self._fn(*self._args)
         finally:

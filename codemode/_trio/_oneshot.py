@@ -20,11 +20,17 @@ Rules:
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 import trio
 
 T = TypeVar("T")
+
+# `Final`: the compiled build reads these as C statics; `trio.lowlevel.reschedule` is a lookup
+# of `trio` and two attribute reads, for every answer.
+_reschedule: Final = trio.lowlevel.reschedule
+_current_task: Final = trio.lowlevel.current_task
+_wait_task_rescheduled: Final = trio.lowlevel.wait_task_rescheduled
 
 
 class _Unset:
@@ -57,7 +63,7 @@ class OneShot(Generic[T]):
             return False
         self._value = value
         if self._task is not None:
-            trio.lowlevel.reschedule(self._task)
+            _reschedule(self._task)
             self._task = None
         return True
 
@@ -72,14 +78,14 @@ class OneShot(Generic[T]):
             return value  # rule 2
         if self.refused or self._task is not None:
             raise RuntimeError("a OneShot is awaited once, by one task")
-        self._task = trio.lowlevel.current_task()
+        self._task = _current_task()
 
         def abort(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
             self._task = None
             self.refused = True
             return trio.lowlevel.Abort.SUCCEEDED
 
-        await trio.lowlevel.wait_task_rescheduled(abort)
+        await _wait_task_rescheduled(abort)
         value = self._value
         assert not isinstance(value, _Unset), "rescheduled only by `set`"
         return value

@@ -163,7 +163,7 @@ class _Reading(Job):
         one that did handed the reading on first, and runs on)."""
         self._stopped = True
         if self._holder is not None:
-            self._holder.scope.cancel()
+            self._holder.cancel()
 
     def _hand_on(self) -> None:
         """The holder is busy with a call: another worker goes on reading."""
@@ -207,7 +207,7 @@ class _Reading(Job):
                     await call.run_inline(worker, self._hand_on)
                     if not self._held_by(worker):
                         return  # it suspended: another worker reads, this one ran the call
-                    if worker.scope.cancel_called:  # stopped, or the call cancelled itself
+                    if worker.cancelled:  # stopped, or the call cancelled itself
                         self._hand_on()
                         return
                 try:
