@@ -55,8 +55,9 @@ from ._connection_messages import (
 )
 from ._message_base import Message as _Message
 from ._message_base import RequestId
-from ._message_checks import check_id as _check_id
-from ._message_checks import check_session_id as _check_session_id
+from ._message_checks import check_id_and_session_fields as _check_id_and_session_fields
+from ._message_checks import check_id_field as _check_id_field
+from ._message_checks import check_session_field as _check_session_field
 
 T = TypeVar("T")
 
@@ -95,6 +96,24 @@ class Err(
     message: str
 
 
+class _Numbered(_Message, frozen=True):
+    """A message about request (or reverse call) `id`."""
+
+    id: RequestId
+
+    # A compiled function as `__post_init__` (`_message_checks`): msgspec calls it with the
+    # message, and mypy, which expects a method here, is told so once per base.
+    __post_init__ = _check_id_field  # type: ignore[misc]
+
+
+class _OfSession(_Message, frozen=True):
+    """A message about session `session_id`."""
+
+    session_id: str
+
+    __post_init__ = _check_session_field  # type: ignore[misc]  # see `_Numbered`
+
+
 # ---- operations --------------------------------------------------------------------------
 
 
@@ -103,8 +122,7 @@ class _Request(
 ):
     session_id: str
 
-    def __post_init__(self) -> None:
-        _check_session_id(self.session_id)
+    __post_init__ = _check_session_field  # type: ignore[misc]  # see `_Numbered`
 
 
 class OpenSession(_Request, tag="session/open", frozen=True, omit_defaults=True):
@@ -175,11 +193,8 @@ HostRequest: TypeAlias = (
 )
 
 
-class SessionReady(_Message, tag="session/ready", frozen=True):
-    session_id: str
-
-    def __post_init__(self) -> None:
-        _check_session_id(self.session_id)
+class SessionReady(_OfSession, tag="session/ready", frozen=True):
+    pass
 
 
 class ExecutionStarted(_Message, tag="execution/started", frozen=True):
@@ -190,11 +205,8 @@ class WaitCompleted(_Message, tag="wait/completed", frozen=True):
     outcome: WaitOutcome
 
 
-class SessionClosed(_Message, tag="session/closed", frozen=True):
-    session_id: str
-
-    def __post_init__(self) -> None:
-        _check_session_id(self.session_id)
+class SessionClosed(_OfSession, tag="session/closed", frozen=True):
+    pass
 
 
 class CellList(_Message, tag="session/cellList", frozen=True):
@@ -214,49 +226,27 @@ HostResponse: TypeAlias = (
 )
 
 
-class OperationRequest(_Message, tag="operation/request", frozen=True):
-    id: RequestId
+class OperationRequest(_Numbered, tag="operation/request", frozen=True):
     request: HostRequest
 
-    def __post_init__(self) -> None:
-        _check_id(self.id)
 
-
-class OperationCancel(_Message, tag="operation/cancel", frozen=True):
+class OperationCancel(_Numbered, tag="operation/cancel", frozen=True):
     """Cancel an in-flight execute or wait (a started cell keeps running)."""
 
-    id: RequestId
 
-    def __post_init__(self) -> None:
-        _check_id(self.id)
-
-
-class OperationYield(_Message, tag="operation/yield", frozen=True):
+class OperationYield(_Numbered, tag="operation/yield", frozen=True):
     """Make an in-flight execute's initial observation, or a wait, return `Yielded` now (the
     cell keeps running); no effect on frontier observations. Needs `YIELD_CAPABILITY`."""
 
-    id: RequestId
 
-    def __post_init__(self) -> None:
-        _check_id(self.id)
-
-
-class OperationResponse(_Message, tag="operation/response", frozen=True):
-    id: RequestId
+class OperationResponse(_Numbered, tag="operation/response", frozen=True):
     result: Ok[HostResponse] | Err
 
-    def __post_init__(self) -> None:
-        _check_id(self.id)
 
-
-class InitialResponse(_Message, tag="execute/initialResponse", frozen=True):
+class InitialResponse(_Numbered, tag="execute/initialResponse", frozen=True):
     """The first observation of the cell started by execute request `id`."""
 
-    id: RequestId
     result: Ok[RuntimeResponse | Pending] | Err
-
-    def __post_init__(self) -> None:
-        _check_id(self.id)
 
 
 # ---- reverse calls -----------------------------------------------------------------------
@@ -280,64 +270,42 @@ class NotificationDelivered(_Message, tag="notification/delivered", frozen=True)
     pass
 
 
-class DelegateRequest(_Message, tag="delegate/request", frozen=True):
-    id: RequestId
+class DelegateRequest(_Numbered, tag="delegate/request", frozen=True):
     session_id: str
     request: ToolInvoke | NotificationSend
 
-    def __post_init__(self) -> None:
-        _check_id(self.id)
-        _check_session_id(self.session_id)
+    __post_init__ = _check_id_and_session_fields  # type: ignore[misc]  # see `_Numbered`
 
 
-class DelegateResponse(_Message, tag="delegate/response", frozen=True):
-    id: RequestId
+class DelegateResponse(_Numbered, tag="delegate/response", frozen=True):
     result: Ok[ToolResult | NotificationDelivered] | Err
 
-    def __post_init__(self) -> None:
-        _check_id(self.id)
 
-
-class DelegateWaiting(_Message, tag="delegate/waiting", frozen=True):
+class DelegateWaiting(_Numbered, tag="delegate/waiting", frozen=True):
     """Tool call `id` started (`waiting`) or stopped waiting for its approval in the
     application (needs `APPROVAL_CAPABILITY`): the host lists it in `session/cells` and pauses
     the cell's wall-clock limit while every call of the cell waits so."""
 
-    id: RequestId
     waiting: bool
 
-    def __post_init__(self) -> None:
-        _check_id(self.id)
+
+class DelegateCancel(_Numbered, tag="delegate/cancel", frozen=True):
+    pass
 
 
-class DelegateCancel(_Message, tag="delegate/cancel", frozen=True):
-    id: RequestId
-
-    def __post_init__(self) -> None:
-        _check_id(self.id)
-
-
-class SessionCommitted(_Message, tag="session/committed", frozen=True):
+class SessionCommitted(_OfSession, tag="session/committed", frozen=True):
     """What a cell of a session opened with `keep_stored_values` committed (its writes, as
     JSON texts, merged key by key into the client's copy); sent before the cell's completion."""
 
-    session_id: str
     values: dict[str, bytes]
 
-    def __post_init__(self) -> None:
-        _check_session_id(self.session_id)
 
-
-class CellClosed(_Message, tag="cell/closed", frozen=True, omit_defaults=True):
+class CellClosed(_OfSession, tag="cell/closed", frozen=True, omit_defaults=True):
     """The cell is gone; `report`: its runtime's account, for a traced cell
     (`TRACE_CAPABILITY`)."""
 
-    session_id: str
     cell_id: str
     report: CellReport | None = None
-
-    def __post_init__(self) -> None:
-        _check_session_id(self.session_id)
 
 
 ClientMessage: TypeAlias = (
