@@ -336,32 +336,42 @@ async def test_ctrl_c_while_python_imports_exits_130(tmp_path: Path) -> None:
     (tmp_path / "spin.js").write_text("while (true) {}\n")
     # Python reports each import as it ends: the signal lands while `codemode` is imported.
     environment = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
-    with trio.fail_after(TIMEOUT):
-        process = await trio.lowlevel.open_process(
-            [COMMAND, "run", "spin.js"],
-            cwd=tmp_path,
-            env=environment,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+    stderr = b""
+    running = False
+    try:
+        with trio.fail_after(TIMEOUT):
+            process = await trio.lowlevel.open_process(
+                [COMMAND, "run", "spin.js"],
+                cwd=tmp_path,
+                env=environment,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+            assert process.stderr is not None
+            try:
+                async for chunk in process.stderr:
+                    stderr += chunk
+                    if b" codemode.errors\n" in stderr:
+                        break
+                process.send_signal(signal.SIGINT)
+                async for chunk in process.stderr:
+                    stderr += chunk
+                status = await process.wait()
+            finally:
+                # A hang must fail this test only: a child left running fails the tests that
+                # count the suite's subprocesses.
+                running = process.returncode is None
+                if running:
+                    process.kill()
+                    with trio.CancelScope(shield=True):
+                        await process.wait()
+    except trio.TooSlowError:
+        # What the command said (its import timings left out) is what tells where it hung.
+        said = [line for line in stderr.splitlines() if not line.startswith(b"import time:")]
+        pytest.fail(
+            f"no end of the command's stderr {TIMEOUT} s after its Ctrl-C (the command"
+            f" {'was still running' if running else 'had exited'}); it said: {said[-40:]!r}"
         )
-        assert process.stderr is not None
-        stderr = b""
-        try:
-            async for chunk in process.stderr:
-                stderr += chunk
-                if b" codemode.errors\n" in stderr:
-                    break
-            process.send_signal(signal.SIGINT)
-            async for chunk in process.stderr:
-                stderr += chunk
-            status = await process.wait()
-        finally:
-            # A hang must fail this test only: a child left running fails the tests that
-            # count the suite's subprocesses.
-            if process.returncode is None:
-                process.kill()
-                with trio.CancelScope(shield=True):
-                    await process.wait()
     assert status == 130
     assert b"Traceback" not in stderr
     assert b"KeyboardInterrupt" not in stderr
