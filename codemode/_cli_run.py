@@ -59,6 +59,7 @@ from ._api import (
     WaitRequest,
 )
 from ._cli_approval import CliPolicy, default_mode, terminal_approver
+from ._cli_interrupts import EarlyInterrupts
 from ._combine import CombinedTools, combine
 from .errors import ToolError
 from .model import CodeMode, PragmaError, ToolOutput, parse_exec_source
@@ -376,9 +377,18 @@ def start_exit_watchdog(status: int) -> threading.Timer:
 
 
 async def run_file(
-    source: str, tools: CombinedTools, options: RunOptions, out: TextIO, err: TextIO
+    source: str,
+    tools: CombinedTools,
+    options: RunOptions,
+    out: TextIO,
+    err: TextIO,
+    *,
+    interrupts: EarlyInterrupts | None = None,
 ) -> int:
     """Run `source` as one cell with `tools` and print what the model would see.
+
+    `interrupts` holds the Ctrl-Cs noted since the command handed SIGINT over to this run
+    (`_cli_interrupts.py`): one is taken as soon as the run's signal receiver is in place.
 
     Returns:
         The exit status: 0 completed, 1 failed, 3 terminated (SIGTERM included), 130
@@ -397,6 +407,8 @@ async def run_file(
     open_provider = open_in_process_provider if options.in_process else open_process_provider
     run = _Run(printer)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        if interrupts is not None:
+            interrupts.redeliver()
         async with trio.open_nursery() as watchers:
             watchers.start_soon(run.watch_signals, signals, watchers)
             watchers.start_soon(run.bound_exit)

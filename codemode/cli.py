@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._api import MAX_OUTPUT_TOKENS, MAX_YIELD_TIME_MS
 from ._cli_inputs import UsageError, load_tools, read_source
+from ._cli_interrupts import EarlyInterrupts
 from .errors import CodeModeError
 from .model._pragma import MAX_SAFE_INTEGER
 
@@ -213,23 +214,28 @@ def _mcp_parser(commands: Any, tools_help: str) -> None:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, noted_interrupts: list[int] | None = None) -> int:
     """Run the `codemode` command.
 
     Args:
         argv: the arguments (default: `sys.argv[1:]`).
+        noted_interrupts: the Ctrl-Cs the console script's guard noted while `codemode` was
+            imported (`codemode_cli.py`); one there ends the command with status 130.
 
     Returns:
         The exit status.
     """
+    interrupts = EarlyInterrupts.install(noted_interrupts)
     try:
+        interrupts.check()
         arguments = _parser().parse_args(argv)
         logging.basicConfig(level=logging.WARNING, format="codemode: %(name)s: %(message)s")
         if arguments.command == "describe":
-            return _describe(arguments)
+            return _describe(arguments, interrupts)
         if arguments.command == "mcp":
+            interrupts.restore()  # the server's trio run handles Ctrl-C from here
             return _mcp_serve(arguments)
-        return _run(arguments)
+        return _run(arguments, interrupts)
     except UsageError as error:
         print(f"codemode: {error}", file=sys.stderr)
         return USAGE_ERROR
@@ -241,6 +247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"codemode: {_one_line(str(found))}", file=sys.stderr)
         return USAGE_ERROR if isinstance(found, UsageError) else FAILED
+    finally:
+        interrupts.restore()
 
 
 def _codemode_error(error: BaseException) -> CodeModeError | None:
@@ -290,12 +298,13 @@ def _mcp_serve(arguments: argparse.Namespace) -> int:
         flush()
 
 
-def _describe(arguments: argparse.Namespace) -> int:
+def _describe(arguments: argparse.Namespace, interrupts: EarlyInterrupts) -> int:
     from .model import exec_description, tool_specs
 
     if arguments.api is not None and not arguments.json:
         raise UsageError("describe: --api applies only with --json")
     definitions = load_tools(arguments.tools).definitions()
+    interrupts.check()
     if arguments.json:
         specs = tool_specs(arguments.api or "openai", definitions)
         sys.stdout.write(json.dumps(specs, indent=2, ensure_ascii=False) + "\n")
@@ -304,7 +313,7 @@ def _describe(arguments: argparse.Namespace) -> int:
     return 0
 
 
-def _run(arguments: argparse.Namespace) -> int:
+def _run(arguments: argparse.Namespace, interrupts: EarlyInterrupts) -> int:
     import trio
 
     from ._cli_run import RunOptions, run_file, start_exit_watchdog
@@ -323,12 +332,16 @@ def _run(arguments: argparse.Namespace) -> int:
     watchdogs = []
 
     async def run_then_watch() -> int:
-        status = await run_file(source, tools, options, sys.stdout, sys.stderr)
+        status = await run_file(
+            source, tools, options, sys.stdout, sys.stderr, interrupts=interrupts
+        )
         # `trio.run` still waits for delegate calls the provider abandoned (a tool that ignores
         # cancellation): that wait is bounded too.
         watchdogs.append(start_exit_watchdog(status))
         return status
 
+    interrupts.check()
+    interrupts.hand_over()  # run_file's signal receiver takes SIGINT over
     try:
         return trio.run(run_then_watch)
     finally:

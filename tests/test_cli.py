@@ -377,6 +377,38 @@ async def test_ctrl_c_while_python_imports_exits_130(tmp_path: Path) -> None:
     assert b"KeyboardInterrupt" not in stderr
 
 
+DROPPING_TOOLS = """
+import os, signal, weakref
+import codemode
+
+class _Token:
+    pass
+
+def _interrupt(reference):
+    # Python runs SIGINT's handler inside this callback, and drops what the callback raises, as
+    # it does in the import system's own weakref callback that ends every import.
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(100):
+        pass
+
+_token = _Token()
+_reference = weakref.ref(_token, _interrupt)
+del _token
+toolbox = codemode.Toolbox()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [["run", "spin.js"], ["describe"]], ids=["run", "describe"])
+async def test_a_ctrl_c_python_drops_while_tools_are_imported_exits_130(
+    tmp_path: Path, command: list[str]
+) -> None:
+    (tmp_path / "spin.js").write_text("while (true) {}\n")
+    (tmp_path / "dropping_tools.py").write_text(DROPPING_TOOLS)
+    result = await codemode(*command, "--tools", "dropping_tools:toolbox", cwd=tmp_path)
+    assert (result.returncode, result.stdout, result.stderr) == (130, b"", b"")
+
+
 UNCANCELLABLE_TOOLS = """
 import sys, time
 import codemode, trio
