@@ -25,6 +25,7 @@ from codemode.protocol import (
     Err,
     NotificationDelivered,
     NotificationSend,
+    Ok,
     ToolInvoke,
     ToolResult,
 )
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 def _tool_outcome(result: DelegateResult) -> tuple[JsonValue, str | None, bool]:
     """A tool call's answer from the client: (its result, None, False), or (None, the
     rejection, whether it is a denial: an `Error` in the cell)."""
-    if isinstance(result, Err):
+    if not isinstance(result, Ok):  # the common class first: a failed check costs more
         return None, result.message, result.kind is ErrorKind.DENIED
     if not isinstance(result.value, ToolResult):
         return None, "code-mode client returned an invalid tool result", False

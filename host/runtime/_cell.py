@@ -54,6 +54,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Final
 
 import trio
 from codemode_host.engine import (
@@ -108,6 +109,15 @@ from ._timers import CellTimers
 from ._watched import WatchedCell
 
 logger = logging.getLogger("codemode.runtime")
+
+# The engine's events of every cell, matched by their exact class (`Final`: C statics compiled).
+# The engine makes exactly these classes, and a failed `isinstance` against a msgspec class
+# costs the compiled build about 600 instructions: a `match` took about 30 of them a tool cell.
+_STARTED: Final = Started
+_TEXT_OUTPUT: Final = TextOutput
+_TOOL_CALL_REQUESTED: Final = ToolCallRequested
+_IDLE: Final = Idle
+_FINISHED: Final = Finished
 
 
 class RuntimeCell(WatchedCell):
@@ -345,14 +355,28 @@ class RuntimeCell(WatchedCell):
         if observer is not None and observer.boundary is None and observer.expired(now):
             # The window ended before this event: the observation yields without it.
             self._mark_boundary(observer)
+        if type(event) is _STARTED:
+            self._started(event, observer, now)
+        elif type(event) is _TEXT_OUTPUT:
+            self._add_output(event)
+        elif type(event) is _TOOL_CALL_REQUESTED:
+            if self._calls.tool_call(event, hold=self.watch is Watch.YIELDING):
+                self._frontier.issued(f"tool-{event.call_id}")
+        elif type(event) is _IDLE:
+            self._count_cpu(event.cpu_us)
+            self._turns += 1
+            if self._frontier.reached(event) and observer is not None:
+                observer.notify()
+        elif type(event) is _FINISHED:
+            self._javascript_finished(event)
+        else:
+            self._handle_other(event, observer)
+
+    def _handle_other(self, event: CellEvent, observer: Observer | None) -> None:
+        """The events `_handle` does not match by their exact class."""
         match event:
-            case TextOutput() | ImageOutput():
-                item = self._output.add(event)
-                if self._report_to is not None:
-                    self._life.output_bytes += item_bytes(item)
-            case ToolCallRequested(call_id=call_id):
-                if self._calls.tool_call(event, hold=self.watch is Watch.YIELDING):
-                    self._frontier.issued(f"tool-{call_id}")
+            case ImageOutput():
+                self._add_output(event)
             case Notification(text=text):
                 self._calls.notification(text, hold=self.watch is Watch.YIELDING)
             case StoredValueWritten(key=key, value_json=value):
@@ -362,27 +386,26 @@ class RuntimeCell(WatchedCell):
                     self._life.yields_ns.append(time.time_ns())
                 if observer is not None and not observer.frontier:
                     self._mark_boundary(observer)
-            case Idle(cpu_us=cpu_us):
-                self._count_cpu(cpu_us)
-                self._turns += 1
-                if self._frontier.reached(event) and observer is not None:
-                    observer.notify()
             case TimerStarted(timer_id=timer_id, delay_ms=delay_ms):
                 self._timers.start(timer_id, delay_ms, self._fire_timer)
             case TimerCleared(timer_id=timer_id):
                 self._timers.clear(timer_id)
-            case Finished():
-                self._javascript_finished(event)
-            case Started(setup_ns=setup_ns):
-                if self._report_to is not None:
-                    self._life.started_ns = time.time_ns()
-                    self._life.setup_ns = setup_ns
-                if observer is not None:
-                    observer.start_window(now)
-                    if observer.expired(now):
-                        self._mark_boundary(observer)
-                    elif self.lifecycle is Lifecycle.RUNNING:
-                        self._js_wait.wake_at(observer.deadline, self._wake_observer)
+
+    def _add_output(self, event: TextOutput | ImageOutput) -> None:
+        item = self._output.add(event)
+        if self._report_to is not None:
+            self._life.output_bytes += item_bytes(item)
+
+    def _started(self, event: Started, observer: Observer | None, now: float) -> None:
+        if self._report_to is not None:
+            self._life.started_ns = time.time_ns()
+            self._life.setup_ns = event.setup_ns
+        if observer is not None:
+            observer.start_window(now)
+            if observer.expired(now):
+                self._mark_boundary(observer)
+            elif self.lifecycle is Lifecycle.RUNNING:
+                self._js_wait.wake_at(observer.deadline, self._wake_observer)
 
     def _fire_timer(self, timer_id: int) -> None:
         if self._js_running and self.lifecycle is Lifecycle.RUNNING:
