@@ -37,7 +37,7 @@ class _Unset:
     pass
 
 
-_UNSET = _Unset()
+_UNSET: Final = _Unset()
 
 
 class OneShot(Generic[T]):

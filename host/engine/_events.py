@@ -9,7 +9,7 @@ every turn, and `Finished` last, exactly once, unless it is closed first.
 from __future__ import annotations
 
 import enum
-from typing import TypeAlias
+from typing import Final, TypeAlias
 
 import msgspec
 
@@ -139,10 +139,27 @@ CellEvent = (
 )
 
 
-_OUTCOMES = {outcome.value: outcome for outcome in Outcome}
+_OUTCOMES: Final = {outcome.value: outcome for outcome in Outcome}
 """`Outcome(n)` without the Enum's Python-level call (once a cell)."""
-_OUTCOME_MASK = (1 << _quickjs.FINISHED_CPU_SHIFT) - 1
+_CPU_SHIFT: Final = _quickjs.FINISHED_CPU_SHIFT
+_OUTCOME_MASK: Final = (1 << _CPU_SHIFT) - 1
 """`EV_FINISHED` carries the outcome in these bits of `n1`, the CPU microseconds above."""
+_ERROR: Final = Outcome.ERROR
+
+# The kinds of raw event, as `Final` names: C statics in the compiled build, where reading
+# `_quickjs.EV_FINISHED` is a lookup of the module and of its attribute (about 300 instructions),
+# and a cell's `Finished` was tested after ten others.
+_EV_IDLE: Final = _quickjs.EV_IDLE
+_EV_STARTED: Final = _quickjs.EV_STARTED
+_EV_TEXT: Final = _quickjs.EV_TEXT
+_EV_TOOL_CALL: Final = _quickjs.EV_TOOL_CALL
+_EV_FINISHED: Final = _quickjs.EV_FINISHED
+_EV_IMAGE: Final = _quickjs.EV_IMAGE
+_EV_NOTIFY: Final = _quickjs.EV_NOTIFY
+_EV_STORE: Final = _quickjs.EV_STORE
+_EV_YIELD: Final = _quickjs.EV_YIELD
+_EV_TIMER_SET: Final = _quickjs.EV_TIMER_SET
+_EV_TIMER_CLEAR: Final = _quickjs.EV_TIMER_CLEAR
 
 
 RawEvent: TypeAlias = tuple[int, int, int, int, str | bytes | None, str | bytes | None]
@@ -154,38 +171,38 @@ def decode_event(
     kind: int, n1: int, n2: int, a: str | bytes | None, b: str | bytes | None
 ) -> CellEvent:
     """Build the typed event from the fields of one raw event of the extension."""
-    match kind:
-        case _quickjs.EV_TEXT:
-            assert isinstance(a, str)
-            return TextOutput(a)
-        case _quickjs.EV_TOOL_CALL:
-            assert a is None or isinstance(a, bytes)
-            return ToolCallRequested(n1, n2, a)
-        case _quickjs.EV_IDLE:
-            return Idle(n1, n2)
-        case _quickjs.EV_STARTED:
-            return Started(n1)
-        case _quickjs.EV_IMAGE:
-            assert isinstance(a, str)
-            assert isinstance(b, str)
-            return ImageOutput(a, b)
-        case _quickjs.EV_NOTIFY:
-            assert isinstance(a, str)
-            return Notification(a)
-        case _quickjs.EV_STORE:
-            assert isinstance(a, str)
-            assert isinstance(b, bytes)
-            return StoredValueWritten(a, b)
-        case _quickjs.EV_YIELD:
-            return YieldRequested()
-        case _quickjs.EV_TIMER_SET:
-            return TimerStarted(n1, n2)
-        case _quickjs.EV_TIMER_CLEAR:
-            return TimerCleared(n1)
-        case _quickjs.EV_FINISHED:
-            assert a is None or isinstance(a, str)
-            outcome = _OUTCOMES[n1 & _OUTCOME_MASK]
-            if outcome is Outcome.ERROR and a is None:
-                a = "InternalError: out of memory"  # the error text itself could not be made
-            return Finished(outcome, a, n2, n1 >> _quickjs.FINISHED_CPU_SHIFT)
+    # The kinds of every cell first (`_EV_IDLE`, above).
+    if kind == _EV_IDLE:
+        return Idle(n1, n2)
+    if kind == _EV_STARTED:
+        return Started(n1)
+    if kind == _EV_TEXT:
+        assert isinstance(a, str)
+        return TextOutput(a)
+    if kind == _EV_TOOL_CALL:
+        assert a is None or isinstance(a, bytes)
+        return ToolCallRequested(n1, n2, a)
+    if kind == _EV_FINISHED:
+        assert a is None or isinstance(a, str)
+        outcome = _OUTCOMES[n1 & _OUTCOME_MASK]
+        if outcome is _ERROR and a is None:
+            a = "InternalError: out of memory"  # the error text itself could not be made
+        return Finished(outcome, a, n2, n1 >> _CPU_SHIFT)
+    if kind == _EV_IMAGE:
+        assert isinstance(a, str)
+        assert isinstance(b, str)
+        return ImageOutput(a, b)
+    if kind == _EV_NOTIFY:
+        assert isinstance(a, str)
+        return Notification(a)
+    if kind == _EV_STORE:
+        assert isinstance(a, str)
+        assert isinstance(b, bytes)
+        return StoredValueWritten(a, b)
+    if kind == _EV_YIELD:
+        return YieldRequested()
+    if kind == _EV_TIMER_SET:
+        return TimerStarted(n1, n2)
+    if kind == _EV_TIMER_CLEAR:
+        return TimerCleared(n1)
     raise ValueError(f"unknown engine event kind {kind}")
