@@ -13,7 +13,15 @@ from pathlib import Path
 import pytest
 import trio
 
-from benchmarks import chart, engine_bench, instructions, listener_bench, table, timeline
+from benchmarks import (
+    chart,
+    engine_bench,
+    instructions,
+    listener_bench,
+    paired_cpu,
+    table,
+    timeline,
+)
 from benchmarks._measure import SCHEMA, Config, read_json, render, write_json
 from codemode import InputText
 from tests.typecheck import ROOT
@@ -170,3 +178,21 @@ def test_the_instruction_table_shows_each_mode_against_off() -> None:
     assert lines[0].split()[-2:] == ["vs", "off"]
     assert lines[1].endswith("1.00x")
     assert lines[2].endswith("1.43x")
+
+
+@pytest.mark.slow
+async def test_the_paired_cpu_benchmark_alternates_and_renders_its_ratios() -> None:
+    with trio.fail_after(60):
+        measured = await paired_cpu.measure(pairs=2, window=0.2, sessions=4)
+    assert len(measured) == 2
+    for process, thin in measured:
+        assert process.total > 0
+        assert thin.total > 0
+        assert set(process.parts) == set(thin.parts) == set(paired_cpu.COMPONENTS)
+        # The components are parts of the total (the rest: other and exited threads).
+        assert sum(process.parts.values()) <= process.total * 1.0001
+    lines = paired_cpu.render(measured).splitlines()
+    assert len(lines) == 4
+    assert lines[-1].startswith("median ratio ")
+    ratio = measured[0][0].total / measured[0][1].total
+    assert f"{ratio:.3f}x" in lines[1]
