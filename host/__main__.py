@@ -17,6 +17,7 @@ spawns processes from its worker-thread cache, whose idle threads exit after abo
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import gc
 import logging
@@ -32,6 +33,13 @@ from codemode.errors import CodeModeError
 
 _PIPE_SIZE = 1 << 20
 GC_YOUNG_THRESHOLD = 50_000
+
+# glibc's `mallopt` parameters (malloc.h), and the values the host sets: those glibc's own
+# adjustment reaches once it freed a large block (`_tune_allocator`).
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 32 << 20
+TRIM_THRESHOLD = 2 * MMAP_THRESHOLD
 
 
 PARENT_VARIABLE = "CODEMODE_HOST_PARENT"
@@ -88,6 +96,27 @@ def _tune_garbage_collection() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)
 
 
+def _tune_allocator() -> None:
+    """Fixed thresholds for glibc's allocator, so that a cell's freed memory stays in the
+    arena of the worker that freed it for the next cell (docs/benchmarks.md, "The host's
+    allocator").
+
+    By default glibc starts by giving memory back on every `free` that leaves more than
+    128 KiB free at the top of an arena (each worker thread has its own), and raises that
+    threshold only once it freed a large block. Until it does, every cell's runtime memory
+    went back to the system when freed and was faulted in again by the next cell: up to 15
+    page faults and 40 us of the kernel's time a cell at 64 sessions, in some runs of the
+    host and not others. Memory still goes back once the host is idle (the engine's trim).
+    Not glibc (no `mallopt`): nothing to do."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # pragma: no cover - not glibc
+        return
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+
+
 def _nothing() -> None:
     pass
 
@@ -115,6 +144,7 @@ def main() -> None:
         format="codemode-host %(levelname)s %(name)s: %(message)s",
     )
     flush_telemetry = _report_to_opentelemetry() if options.otel else _nothing
+    _tune_allocator()
     if options.listen is not None:
         from codemode_host._listen import run_listening
 
