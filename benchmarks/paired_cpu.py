@@ -64,7 +64,9 @@ async def measure(pairs: int, window: float, sessions: int) -> list[tuple[Window
     async with contextlib.AsyncExitStack() as stack:
         provider = await stack.enter_async_context(open_process_provider())
         opened = [await provider.create_session() for _ in range(sessions)]
-        process = [functools.partial(run_cell, s, CELL, delegate, ["echo"]) for s in opened]
+        process: list[CellRunner] = [
+            functools.partial(run_cell, s, CELL, delegate, ["echo"]) for s in opened
+        ]
         thin = await stack.enter_async_context(_thin.open_thin_host())
         thin_runners: list[CellRunner] = [functools.partial(thin.run_cell, CELL)] * sessions
         await _drive(process, 1.0)  # warm up every session, both sides
