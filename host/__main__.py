@@ -98,8 +98,8 @@ def _tune_garbage_collection() -> None:
 
 def _tune_allocator() -> None:
     """Fixed thresholds for glibc's allocator, so that a cell's freed memory stays in the
-    arena of the worker that freed it for the next cell (docs/benchmarks.md, "The host's
-    allocator").
+    arena of the worker that freed it for the next cell (docs/benchmarks.md, "Failed
+    `isinstance` checks, and the host's allocator").
 
     By default glibc starts by giving memory back on every `free` that leaves more than
     128 KiB free at the top of an arena (each worker thread has its own), and raises that
