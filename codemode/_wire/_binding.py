@@ -42,6 +42,10 @@ class Binding:
         return public_id[len(prefix) :]
 
     def response(self, response: _R) -> _R:
+        """`response` with the cell's public id (itself in the first generation, where the
+        public id is the wire id: a copy cost every response a struct)."""
+        if self.generation == 1:
+            return response
         return msgspec.structs.replace(response, cell_id=self.public_id(response.cell_id))
 
     def need(self, capability: str, feature: str) -> None:
@@ -55,6 +59,8 @@ class Binding:
         if not isinstance(value, WaitCompleted):
             raise HostLostError("code-mode host returned an invalid cell response")
         outcome = value.outcome
+        if self.generation == 1:
+            return outcome  # as `response`
         return msgspec.structs.replace(outcome, response=self.response(outcome.response))
 
 

@@ -223,7 +223,9 @@ class ClientCells:
         result: Ok[ToolResult | NotificationDelivered] | Err
         try:
             if isinstance(request, ToolInvoke):
-                call = msgspec.structs.replace(request.invocation, cell_id=cell.public_id)
+                call = request.invocation
+                if call.cell_id != cell.public_id:  # a later generation's (`Binding.public_id`)
+                    call = msgspec.structs.replace(call, cell_id=cell.public_id)
                 reporter = approval_reporter.set(partial(self._approval, event.call_id))
                 try:
                     result = Ok(value=ToolResult(result=await cell.delegate.invoke_tool(call)))
