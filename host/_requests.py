@@ -27,10 +27,10 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import Final, TypeVar
+from typing import Final
 
-import msgspec
 import trio
+from codemode_host._answers import failed, timed, timed_completion
 from codemode_host._operation import Operation
 from codemode_host._remote_delegate import RemoteDelegate
 from codemode_host.engine import Engine
@@ -47,16 +47,11 @@ from codemode import (
     AdmissionLimits,
     CellInfo,
     CellLimits,
-    CodeModeError,
-    Completed,
     Pending,
     RuntimeResponse,
-    Terminated,
-    WaitOutcome,
-    Yielded,
 )
 from codemode._trio import CallWorkers, OneShot
-from codemode.errors import ErrorKind, error_kind
+from codemode.errors import ErrorKind
 from codemode.observability import (
     CellReport,
     host_observation,
@@ -87,7 +82,6 @@ from codemode.protocol import (
     ToolResult,
     UsageReport,
     Wait,
-    WaitCompleted,
     WaitToPending,
 )
 
@@ -110,30 +104,6 @@ CANCELLED = Err(kind=ErrorKind.CANCELLED, message="code-mode request cancelled")
 # instructions compiled (the decoder makes exactly these classes).
 _OBSERVING: Final = (Execute, Wait, WaitToPending)
 _EXECUTE_TO_PENDING: Final = ExecuteToPending
-
-
-def _failure(error: CodeModeError) -> Err:
-    return Err(kind=error_kind(error), message=str(error))
-
-
-def _failed(error: Exception, what: str, request_id: int) -> Err:
-    """The answer to a request whose work raised `error`: a codemode error's own kind, else an
-    internal error, logged with its traceback (call it from the `except` block)."""
-    if isinstance(error, CodeModeError):
-        return _failure(error)
-    logger.exception("code-mode %s %s failed", what, request_id)
-    return Err(kind=ErrorKind.INTERNAL, message=f"code-mode request task failed: {error}")
-
-
-_Response = TypeVar("_Response", bound=Yielded | Completed | Terminated | Pending)
-
-
-def _timed(response: _Response, started: float) -> _Response:
-    return msgspec.structs.replace(response, host_duration=time.perf_counter() - started)
-
-
-def _timed_outcome(outcome: WaitOutcome, started: float) -> WaitOutcome:
-    return msgspec.structs.replace(outcome, response=_timed(outcome.response, started))
 
 
 class Requests:
@@ -238,12 +208,12 @@ class Requests:
                         outcome = await self._sessions[session_id].wait(
                             wait, preemption=operation.preemption
                         )
-                        result = Ok(value=WaitCompleted(outcome=_timed_outcome(outcome, started)))
+                        result = timed_completion(outcome, started)
                 case WaitToPending(session_id=session_id, cell_id=cell_id, trace=trace):
                     result = CANCELLED
                     with operation.scope(), host_observation(trace, "wait_to_pending"):
                         outcome = await self._sessions[session_id].wait_to_pending(cell_id)
-                        result = Ok(value=WaitCompleted(outcome=_timed_outcome(outcome, started)))
+                        result = timed_completion(outcome, started)
                 case OpenSession():
                     result = self._open(request)
                 case Terminate(session_id=session_id, cell_id=cell_id):
@@ -252,7 +222,7 @@ class Requests:
                     # order trio runs the tasks of one batch in.
                     await trio.lowlevel.checkpoint()
                     outcome = await self._sessions[session_id].terminate(cell_id)
-                    result = Ok(value=WaitCompleted(outcome=_timed_outcome(outcome, started)))
+                    result = timed_completion(outcome, started)
                 case ListCells(session_id=session_id):
                     cells = await self._sessions[session_id].cells()
                     result = Ok(value=CellList(cells=cells))
@@ -264,7 +234,7 @@ class Requests:
                     del self._sessions[session_id]
                     result = Ok(value=SessionClosed(session_id=session_id))
         except Exception as error:
-            result = _failed(error, "request", request_id)
+            result = failed(error, "request", request_id)
         finally:
             self._active.pop(request_id, None)
         self._respond(request_id, result)
@@ -315,7 +285,7 @@ class Requests:
                 operation.observed = (session_id, cell.cell_id)
         except Exception as error:
             self._active.pop(request_id, None)
-            self._respond(request_id, _failed(error, "execute", request_id))
+            self._respond(request_id, failed(error, "execute", request_id))
             return
         operation.end_observation = cell.initial.cancel
         self._respond(request_id, Ok(value=ExecutionStarted(cell_id=cell.cell_id)))
@@ -350,12 +320,12 @@ class Requests:
         except ObservationCancelledError:
             initial = CANCELLED
         except Exception as error:
-            initial = _failed(error, "execute", request_id)
+            initial = failed(error, "execute", request_id)
         else:
             if response is None:  # a window that has not ended, a frontier: a task waits
                 self._nursery.start_soon(self._observe_initial, request_id, cell, started)
                 return
-            initial = Ok(value=_timed(response, started))
+            initial = Ok(value=timed(response, started))
         if cell.closing and not cell.closed.is_set():
             self._nursery.start_soon(self._answer_initial_at_close, request_id, cell, initial)
         else:
@@ -365,11 +335,11 @@ class Requests:
         """An execute's initial observation, answered as `operation/initial`."""
         initial: Ok[RuntimeResponse | Pending] | Err = CANCELLED
         try:
-            initial = Ok(value=_timed(await cell.initial_response(), started))
+            initial = Ok(value=timed(await cell.initial_response(), started))
         except ObservationCancelledError:
             pass
         except Exception as error:
-            initial = _failed(error, "execute", request_id)
+            initial = failed(error, "execute", request_id)
         except BaseException:  # cancelled: the connection is going away, nobody is answered
             self._active.pop(request_id, None)
             raise
