@@ -56,7 +56,6 @@ from ._capabilities import (
     RESUME_CAPABILITY,
     TRACE_CAPABILITY,
     YIELD_CAPABILITY,
-    missing_capability,
 )
 from ._codec import FrameDecodeError, FrameTooLargeError
 from ._connection_messages import (
@@ -118,9 +117,10 @@ from ._messages import (
     WaitToPending,
 )
 from ._recent import RecentIds, RecentNumbers
+from ._refusals import invalid, refusal
 from ._routes import Route
 from ._salvage import salvage
-from ._states import ConnectionState, ConnectionTrigger, SessionBook, SessionState, SessionTrigger
+from ._states import ConnectionState, ConnectionTrigger, SessionBook, SessionTrigger
 
 # Compared with a frame's or a request's exact class (the decoder makes no other; C statics
 # compiled): a failed `isinstance` against a msgspec class costs about 600 instructions
@@ -348,13 +348,13 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
             if message_id in self._active or message_id in self._finished:
                 raise RemoteProtocolError(f"duplicate code-mode request ID {message_id}")
             self._finished.add(message_id)
-            self._send_response(message_id, _invalid(text))
+            self._send_response(message_id, invalid(text))
             return
         route = self._calls.pop(message_id, None)
         if route is not None:  # unknown and cancelled ids are ignored, as for a valid answer
             route.calls.discard(message_id)
             text = f"code-mode delegate response did not decode: {error.problem}"
-            self._events.append(DelegateAnswered(call_id=message_id, result=_invalid(text)))
+            self._events.append(DelegateAnswered(call_id=message_id, result=invalid(text)))
 
     def _handshake(self, message: ClientMessage) -> None:
         if isinstance(message, Resume):
@@ -414,40 +414,21 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
         if request_id in self._active or request_id in self._finished:
             raise RemoteProtocolError(f"duplicate code-mode request ID {request_id}")
         self._active[request_id] = request
-        problem = self._refusal(request)
+        kind = type(request)
+        opening = kind is _OPEN_SESSION
+        state = self._sessions.get(request.session_id)
+        problem = refusal(request, opening, state, self._closed_sessions, self.capabilities)
         if problem is None and len(self._active) > self.admission.max_requests_in_flight:
             problem = _err(ErrorKind.ADMISSION, TOO_MANY_REQUESTS)
         if problem is not None:
             self._finish(request_id)
             self._send_response(request_id, problem)
             return
-        kind = type(request)
-        if kind is _OPEN_SESSION:
+        if opening:
             self._sessions.opening(request.session_id)
         elif kind is _SHUTDOWN_SESSION:
             self._sessions.move(request.session_id, SessionTrigger.SHUTDOWN)
         self._events.append(RequestReceived(request_id=request_id, request=request))
-
-    def _refusal(self, request: HostRequest) -> Err | None:
-        """The answer to a request the runtime must not see, or None (rule 3)."""
-        session_id = request.session_id
-        state = self._sessions.get(session_id)
-        opening = type(request) is _OPEN_SESSION
-        if opening:
-            if state is not None:
-                return _invalid(f"code-mode session ID `{session_id}` is already open")
-            if session_id in self._closed_sessions:
-                return _invalid(f"code-mode session ID `{session_id}` was reused")
-        missing = missing_capability(request, self.capabilities)
-        if missing is not None:
-            return _invalid(missing)
-        if opening:
-            return None
-        if state is SessionState.OPEN:
-            return None
-        if state is SessionState.CLOSING:
-            return _err(ErrorKind.SHUTTING_DOWN, "code mode session is shutting down")
-        return _invalid(f"unknown code-mode session {session_id}")
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -501,7 +482,3 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
 
 def _err(kind: ErrorKind, message: str) -> Err:
     return Err(kind=kind, message=message)
-
-
-def _invalid(message: str) -> Err:
-    return Err(kind=ErrorKind.INVALID_REQUEST, message=message)
