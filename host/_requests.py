@@ -374,7 +374,7 @@ class Requests:
     ) -> DelegateResult:
         """Send a reverse call and await its answer (cancellation sends `delegate/cancel`)."""
         call_id = self._send_call(session_id, cell_id, request)
-        if not isinstance(call_id, int):  # the common class first (`_OBSERVING`)
+        if not isinstance(call_id, int):  # an id, as a rule: tested first (`_OBSERVING`, above)
             return call_id
         self._track(call_id, session_id, cell_id, request)
         slot: OneShot[DelegateResult] = OneShot()
@@ -412,7 +412,7 @@ class Requests:
         """Send a reverse call whose answer goes to `on_result` (at once if it cannot be
         sent); returns its cancel, which sends `delegate/cancel` unless it was answered."""
         call_id = self._send_call(session_id, cell_id, request)
-        if not isinstance(call_id, int):  # the common class first (`_OBSERVING`)
+        if not isinstance(call_id, int):  # an id, as a rule: tested first (`_OBSERVING`, above)
             on_result(call_id)
             return _nothing
         self._forwards[call_id] = on_result
