@@ -13,7 +13,7 @@ import trio.testing
 
 from codemode import Completed, JsonValue, LiveCell, NestedToolCall, WaitRequest, Yielded
 from codemode._trio import CallbackGroup, CallWorkers
-from codemode._trio._callbacks import Worker
+from codemode._trio._callbacks import FirstSuspension, Worker
 from tests.delegates import RecordingDelegate
 from tests.sessions import LONG_MS, run, texts, tool
 from tests.test_wire_defects import PROVIDERS, session_of
@@ -368,8 +368,9 @@ async def test_a_call_run_inline_that_never_suspends_costs_no_other_task() -> No
                 for _ in range(3):
                     call = group.prepare(at_once)
                     before = (group.all_running, group.idle)
-                    await call.run_inline(
-                        worker, lambda: handed_on.append(trio.lowlevel.current_task())
+                    await FirstSuspension(
+                        call.run_inline(worker),
+                        lambda: handed_on.append(trio.lowlevel.current_task()),
                     )
                     assert before == (False, False)
                     assert (group.all_running, group.idle) == (True, True)
@@ -414,10 +415,46 @@ async def test_a_call_run_inline_hands_on_at_its_first_suspension_and_ends_in_it
             group = CallbackGroup(CallWorkers(nursery, keep=4))
             call = group.prepare(suspends)
             with trio.CancelScope() as scope:
-                await call.run_inline(Worker(trio.lowlevel.current_task(), scope), suspending)
+                worker = Worker(trio.lowlevel.current_task(), scope)
+                await FirstSuspension(call.run_inline(worker), suspending)
             assert scope.cancelled_caught
             assert group.idle
     assert steps == ["began", "suspending", "got 42", "end of channel"]
+
+
+async def test_calls_run_inline_in_a_row_hand_on_once_when_a_later_one_suspends() -> None:
+    """One `FirstSuspension` serves every call a job runs in a row (a link's reading runs the
+    calls of one arrival so): the first returns at once, the second suspends, and only then is
+    `suspending()` called, once."""
+    steps: list[str] = []
+
+    async def at_once() -> None:
+        steps.append("first ran")
+
+    async def suspends() -> None:
+        steps.append("second began")
+        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.checkpoint()
+        steps.append("second ended")
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            group = CallbackGroup(CallWorkers(nursery, keep=4))
+            calls = [group.prepare(at_once), group.prepare(suspends)]
+            with trio.CancelScope() as scope:
+                worker = Worker(trio.lowlevel.current_task(), scope)
+
+                async def in_a_row() -> None:
+                    for call in calls:
+                        await call.run_inline(worker)
+
+                await FirstSuspension(in_a_row(), lambda: steps.append("suspending"))
+            assert group.idle
+    assert steps == ["first ran", "second began", "suspending", "second ended"]
+
+
+def _no_op() -> None:
+    pass
 
 
 async def test_a_call_run_inline_fails_as_itself() -> None:
@@ -434,9 +471,9 @@ async def test_a_call_run_inline_fails_as_itself() -> None:
             with trio.CancelScope() as scope:
                 worker = Worker(trio.lowlevel.current_task(), scope)
                 with pytest.raises(ValueError, match="at once"):
-                    await group.prepare(fails_at_once).run_inline(worker, lambda: None)
+                    await FirstSuspension(group.prepare(fails_at_once).run_inline(worker), _no_op)
                 with pytest.raises(LookupError, match="later"):
-                    await group.prepare(fails_later).run_inline(worker, lambda: None)
+                    await FirstSuspension(group.prepare(fails_later).run_inline(worker), _no_op)
             assert group.idle
 
 

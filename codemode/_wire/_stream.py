@@ -28,7 +28,7 @@ from typing import Protocol
 import trio
 
 from .._trio import CallWorkers, ChunkReader, DelegateCall, FrameWriter, Heartbeat
-from .._trio._callbacks import Job, Worker
+from .._trio._callbacks import FirstSuspension, Job, Worker
 
 READ_CHUNK = 1 << 20
 
@@ -192,6 +192,19 @@ class _Reading(Job):
         # stored, and the compiled build trusts that across the awaits that change it.
         return self._holder is worker
 
+    async def _run_calls(self, worker: Worker) -> None:
+        """Run the calls that arrived, inline, one after the other, until none is left, one
+        suspended (the reading was handed on), or the worker was stopped."""
+        calls = self._calls
+        while calls:
+            call = calls.popleft()
+            if call.cancelled:
+                self._workers.run(call)  # it meets its cancellation in a worker
+                continue
+            await call.run_inline(worker)
+            if not self._held_by(worker) or worker.cancelled:
+                return
+
     async def run(self, worker: Worker) -> None:
         self._holder = worker
         calls = self._calls
@@ -199,15 +212,11 @@ class _Reading(Job):
         receiver = stream.receiver
         try:
             while not self._stopped:
-                while calls:
-                    call = calls.popleft()
-                    if call.cancelled:
-                        self._workers.run(call)  # it meets its cancellation in a worker
-                        continue
-                    await call.run_inline(worker, self._hand_on)
+                if calls:
+                    await FirstSuspension(self._run_calls(worker), self._hand_on)
                     if not self._held_by(worker):
-                        return  # it suspended: another worker reads, this one ran the call
-                    if worker.cancelled:  # stopped, or the call cancelled itself
+                        return  # one suspended: another worker reads, this one ran the call
+                    if worker.cancelled:  # stopped, or a call cancelled itself
                         self._hand_on()
                         return
                 try:
