@@ -72,7 +72,24 @@ class ClientCell:
         self.public_id = public_id
         self.delegate = delegate
         self.calls = CallbackGroup(workers)
-        self.closed = trio.Event()
+        self.is_closed = False
+        """True once its `cell_closed` ran."""
+        # Made only for a waiter: most cells close with nobody waiting, and a `trio.Event`
+        # made and set per cell was about 1 % of the client's instructions a tool cell.
+        self._closed: trio.Event | None = None
+
+    def mark_closed(self) -> None:
+        self.is_closed = True
+        if self._closed is not None:
+            self._closed.set()
+
+    async def wait_closed(self) -> None:
+        """Wait until its `cell_closed` ran."""
+        if self.is_closed:
+            return
+        if self._closed is None:
+            self._closed = trio.Event()
+        await self._closed.wait()
 
 
 class ClientCells:
@@ -155,7 +172,7 @@ class ClientCells:
         except BaseException:  # also SystemExit: the application's code ends nothing (rule 5)
             logger.exception("cell_closed(%r) raised", cell.public_id)
         finally:
-            cell.closed.set()
+            cell.mark_closed()
 
     def of_session(self, session_id: str) -> list[ClientCell]:
         """The session's cells that are live or closing (their `cell_closed` still to come)."""
@@ -165,17 +182,17 @@ class ClientCells:
     async def wait_closing(self) -> None:
         """Wait until every closing cell's `cell_closed` ran."""
         while self._closing:
-            await next(iter(self._closing.values())).closed.wait()
+            await next(iter(self._closing.values())).wait_closed()
 
     async def settle(self, key: Key, *, closed: bool, bound: float) -> None:
         """Wait until the cell's calls returned (or, with `closed`, until its `cell_closed`
         ran), for at most `bound` seconds; shielded (its caller already holds an answer)."""
         cell = self._live.get(key) or self._closing.get(key)
-        if cell is None or (cell.closed.is_set() if closed else cell.calls.idle):
+        if cell is None or (cell.is_closed if closed else cell.calls.idle):
             return  # nothing to wait for: no scopes, no pass of the scheduler
         with trio.CancelScope(shield=True), trio.move_on_after(bound):
             if closed:
-                await cell.closed.wait()
+                await cell.wait_closed()
             else:
                 await cell.calls.wait_idle()
 

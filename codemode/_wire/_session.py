@@ -269,4 +269,4 @@ class WireSession:
         # The host sent every cell/closed before session/closed (or the link failed and
         # closed them all): wait for their cell_closed callbacks.
         for cell in link.cells_of(binding.session_id):
-            await cell.closed.wait()
+            await cell.wait_closed()
