@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import trio
+
     from ._api import CellId, RuntimeResponse
 
 
@@ -62,13 +64,16 @@ class StartedCell:
         *,
         session_id: str,
         observe_initial: bool = True,
+        token: trio.lowlevel.TrioToken | None = None,
     ) -> StartedCell:
         """`dropped`: where `__del__` also puts `release`, for the session to run it before
         its next observation (`_release_dropped`). `session_id` names the session in the
-        warning of a dropped cell. `observe_initial=False`: released at once."""
-        import trio
+        warning of a dropped cell. `observe_initial=False`: released at once. `token`: the
+        current trio run's token, when the caller holds it already."""
+        if token is None:
+            import trio  # here: `import codemode` (the model layer) loads no trio
 
-        token = trio.lowlevel.current_trio_token()
+            token = trio.lowlevel.current_trio_token()
         started = object.__new__(cls)
         started.cell_id = cell_id
         started._initial_response = initial_response

@@ -88,6 +88,9 @@ class SessionCore:
         self._reopen = reopen
         self._terminating: set[str] = set()
         self._dropped: collections.deque[Callable[[], None]] = collections.deque()
+        # The provider's trio run, the same for all of a session's cells (a `StartedCell`
+        # releases itself through it): asked once, not for every cell.
+        self._token: trio.lowlevel.TrioToken | None = None
 
     def check(self) -> None:
         """Raise unless the session takes requests (rule 3)."""
@@ -124,6 +127,8 @@ class SessionCore:
                 raise
             self._traces.started(traced, binding.public_id(wire_id), binding.generation)
         cell_id = binding.public_id(wire_id)
+        if self._token is None:
+            self._token = trio.lowlevel.current_trio_token()
         return StartedCell._create(
             cell_id,
             partial(self._initial_response, binding, request_id, cell_id),
@@ -131,6 +136,7 @@ class SessionCore:
             self._dropped,
             session_id=binding.session_id,
             observe_initial=observe_initial,
+            token=self._token,
         )
 
     async def _start(
