@@ -220,8 +220,11 @@ class CellView:
         if self.parked_final is not None:
             final, self.parked_final = self.parked_final, None
             return LiveCell(response=final)
-        items, self.parked_items = self.parked_items, []
         self.parked_frontier = None  # the host resumed the cell past that frontier
+        items = self.parked_items
+        if not items:
+            return outcome  # nothing parked (the common case): no list made per answer
+        self.parked_items = []
         return self._prepended(outcome, items)
 
     def terminated(self, outcome: ObservationResult) -> ObservationResult:

@@ -101,10 +101,10 @@ class OperationBook:
         # A match, not a dict of handlers: building one per response hashed six enum members
         # (a Python-level `__hash__` each).
         match pending.kind:
+            case Kind.EXECUTE | Kind.EXECUTE_TO_PENDING:  # every cell's: first
+                self._on_started(request_id, pending, result)
             case Kind.OPEN:
                 self._on_opened(request_id, pending, result)
-            case Kind.EXECUTE | Kind.EXECUTE_TO_PENDING:
-                self._on_started(request_id, pending, result)
             case Kind.TERMINATE:
                 self._on_terminated(request_id, pending, result)
             case Kind.SHUTDOWN:
@@ -143,7 +143,7 @@ class OperationBook:
             # cancelled with it.
             self.abandon_cell(request_id, pending.session_id, result.value.cell_id, cancelled=True)
         # Also when abandoned: the adapter still owes the cell its delegate and `cell_closed`.
-        self._events.append(Answered(request_id=request_id, result=Ok(value=result.value)))
+        self._events.append(Answered(request_id=request_id, result=result))
 
     def abandon_cell(
         self, request_id: int, session_id: str, cell_id: str, *, cancelled: bool

@@ -84,5 +84,7 @@ class RecentNumbers:
         if not isinstance(value, int):
             return False
         ordered = self._sorted
+        if len(ordered) == self._start or value > ordered[-1]:
+            return False  # a new id of ids that only grow: no bisection
         i = bisect.bisect_left(ordered, value, self._start)
         return i < len(ordered) and ordered[i] == value
