@@ -34,12 +34,16 @@ from codemode.errors import CodeModeError
 _PIPE_SIZE = 1 << 20
 GC_YOUNG_THRESHOLD = 50_000
 
-# glibc's `mallopt` parameters (malloc.h), and the values the host sets: those glibc's own
-# adjustment reaches once it freed a large block (`_tune_allocator`).
+# glibc's `mallopt` parameters (malloc.h), and the values the host sets (`_tune_allocator`):
+# a block under 4 MiB comes from an arena, and an arena gives back the free memory at its top
+# once there is more than 8 MiB of it. glibc's own adjustment goes up to 32 and 64 MiB, which
+# the host once set: the workers' arenas then kept their top after the cells ended (the
+# engine's `malloc_trim` does not shrink a thread's arena, only a free at its top does), and
+# the host's RSS after 1,000 cells stayed 16-23 MiB above its start instead of 11.
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD = 32 << 20
-TRIM_THRESHOLD = 2 * MMAP_THRESHOLD
+MMAP_THRESHOLD = 4 << 20
+TRIM_THRESHOLD = 8 << 20
 
 
 PARENT_VARIABLE = "CODEMODE_HOST_PARENT"
@@ -99,7 +103,8 @@ def _tune_garbage_collection() -> None:
 def _tune_allocator() -> None:
     """Fixed thresholds for glibc's allocator, so that a cell's freed memory stays in the
     arena of the worker that freed it for the next cell (docs/benchmarks.md, "Failed
-    `isinstance` checks, and the host's allocator").
+    `isinstance` checks, and the host's allocator", and "Precise thread times, and the calls
+    of one arrival" for the values).
 
     By default glibc starts by giving memory back on every `free` that leaves more than
     128 KiB free at the top of an arena (each worker thread has its own), and raises that
