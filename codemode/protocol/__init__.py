@@ -14,6 +14,7 @@ from ..errors import ErrorKind as ErrorKind
 from ._capabilities import APPROVAL_CAPABILITY as APPROVAL_CAPABILITY
 from ._capabilities import BUDGET_CAPABILITY as BUDGET_CAPABILITY
 from ._capabilities import CAPABILITIES as CAPABILITIES
+from ._capabilities import CLOSING_INITIAL_CAPABILITY as CLOSING_INITIAL_CAPABILITY
 from ._capabilities import DENIAL_CAPABILITY as DENIAL_CAPABILITY
 from ._capabilities import HEARTBEAT_CAPABILITY as HEARTBEAT_CAPABILITY
 from ._capabilities import INVENTORY_CAPABILITY as INVENTORY_CAPABILITY

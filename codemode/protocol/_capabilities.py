@@ -54,6 +54,10 @@ RESUME_CAPABILITY = "connection-resume"
 `connection/ack` both ways, `connection/resume` / `connection/resumed` on a new stream, and
 `connection/goodbye` (docs/protocol.md, "Resuming a cut connection"). A host offers it on a
 socket only (`codemode-host --listen`), a client only over a transport it can reconnect."""
+CLOSING_INITIAL_CAPABILITY = "closing-initial-response"
+"""Enables `closed` and `report` on `execute/initialResponse`: a cell that closed before its
+initial response went out is closed by that frame, without a `cell/closed` of its own (one
+frame fewer for most cells: docs/protocol.md, "Ordering")."""
 CAPABILITIES = (
     LIMITS_CAPABILITY,
     PENDING_FRONTIER_CAPABILITY,
@@ -67,6 +71,7 @@ CAPABILITIES = (
     BUDGET_CAPABILITY,
     KEPT_VALUES_CAPABILITY,
     RESUME_CAPABILITY,
+    CLOSING_INITIAL_CAPABILITY,
 )
 """Everything this version of codemode speaks, host and client alike."""
 

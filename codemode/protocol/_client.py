@@ -40,7 +40,12 @@ from .._api import (
     Yielded,
 )
 from ..observability._report import CellReport, TraceContext
-from ._capabilities import APPROVAL_CAPABILITY, RESUME_CAPABILITY, TRACE_CAPABILITY
+from ._capabilities import (
+    APPROVAL_CAPABILITY,
+    CLOSING_INITIAL_CAPABILITY,
+    RESUME_CAPABILITY,
+    TRACE_CAPABILITY,
+)
 from ._cells import CellBook
 from ._cellview import CellView
 from ._connection_messages import (
@@ -359,7 +364,10 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         elif type(message) is _DELEGATE_REQUEST:
             self._on_delegate_request(message)
         elif type(message) is _INITIAL_RESPONSE:
-            self._cells.initial_answered(message.id, message.result)
+            if message.closed:
+                self._on_closing_initial(message)
+            else:
+                self._cells.initial_answered(message.id, message.result)
         elif type(message) is _CELL_CLOSED:
             self._on_cell_closed(message.session_id, message.cell_id, message.report)
         else:
@@ -443,6 +451,19 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
         self._calls.requested(
             message, self._live_view(message.session_id, cell_id, "delegated for")
         )
+
+    def _on_closing_initial(self, message: InitialResponse) -> None:
+        """An initial response that closes its cell too: the answer, then what `cell/closed`
+        does (`CLOSING_INITIAL_CAPABILITY`)."""
+        if CLOSING_INITIAL_CAPABILITY not in self.capabilities:
+            raise RemoteProtocolError(
+                "code-mode host closed a cell in its initial response without the"
+                f" `{CLOSING_INITIAL_CAPABILITY}` capability"
+            )
+        observation = self._cells.observations.get(message.id)
+        self._cells.initial_answered(message.id, message.result)
+        assert observation is not None  # else `initial_answered` raised
+        self._on_cell_closed(observation.session_id, observation.cell_id, message.report)
 
     def _on_cell_closed(self, session_id: str, cell_id: str, report: CellReport | None) -> None:
         view = self._live_view(session_id, cell_id, "closed")

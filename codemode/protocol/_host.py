@@ -14,8 +14,10 @@ What it owns (design.md, host 3, 4.1 and 5):
    capability, are answered here and never reach the runtime; an `operation/yield` without its
    capability is a `RemoteProtocolError`.
 4. Per-cell order: `execution/started`, then reverse calls and the initial response, then
-   `cell/closed`, which is held back until the initial response is queued; no reverse call
-   after `cell/closed`; `session/closed` is held back until every cell of the session closed.
+   `cell/closed`, which is held back until the initial response is queued (with
+   `CLOSING_INITIAL_CAPABILITY`, a cell closed by then is closed by its initial response
+   instead); no reverse call after `cell/closed`; `session/closed` is held back until every
+   cell of the session closed.
 5. Reverse calls: ids from 1; `delegate/cancel` only for a call still pending, at most once;
    an answer to an unknown or cancelled call is ignored.
 6. Frame limits: an answer too large for a frame is replaced by a `frame_limit` error with the
@@ -52,6 +54,7 @@ from ..observability._report import CellReport
 from ._capabilities import (
     APPROVAL_CAPABILITY,
     CAPABILITIES,
+    CLOSING_INITIAL_CAPABILITY,
     PROTOCOL_VERSION,
     RESUME_CAPABILITY,
     TRACE_CAPABILITY,
@@ -222,14 +225,23 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
         route = next((r for r in self._routes_of_request(request_id)), None)
         if route is None or route.initial_sent:
             raise LocalProtocolError(f"code-mode execute {request_id} has no initial response due")
+        # A cell that closed already is closed by this frame (no `cell/closed` follows) when
+        # the client can read it so: one frame fewer for most cells.
+        closing = route.closed and CLOSING_INITIAL_CAPABILITY in self.capabilities
+        report = route.report if closing else None
         try:
-            self._queue(InitialResponse(id=request_id, result=result))
+            self._queue(
+                InitialResponse(id=request_id, result=result, closed=closing, report=report)
+            )
         except FrameTooLargeError as error:
             text = f"code-mode initial response exceeds the IPC frame limit: {error}"
-            self._queue(InitialResponse(id=request_id, result=_err(ErrorKind.FRAME_LIMIT, text)))
+            failed = _err(ErrorKind.FRAME_LIMIT, text)
+            self._queue(InitialResponse(id=request_id, result=failed, closed=closing))
         route.initial_sent = True
         self._finish(request_id)
-        if route.closed:
+        if closing:
+            self._forget_route(route)
+        elif route.closed:
             self._close_route(route)
 
     def committed(self, session_id: str, values: dict[str, bytes]) -> None:
@@ -463,6 +475,10 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
     def _close_route(self, route: Route) -> None:
         closed = CellClosed(session_id=route.session_id, cell_id=route.cell_id, report=route.report)
         self._queue(closed)
+        self._forget_route(route)
+
+    def _forget_route(self, route: Route) -> None:
+        """The client was told the cell closed: a `session/closed` held for it may go."""
         del self._routes[(route.session_id, route.cell_id)]
         routes = self._routes_of[route.session_id]
         routes.discard(route)

@@ -243,10 +243,16 @@ class OperationResponse(_Numbered, tag="operation/response", frozen=True):
     result: Ok[HostResponse] | Err
 
 
-class InitialResponse(_Numbered, tag="execute/initialResponse", frozen=True):
-    """The first observation of the cell started by execute request `id`."""
+class InitialResponse(_Numbered, tag="execute/initialResponse", frozen=True, omit_defaults=True):
+    """The first observation of the cell started by execute request `id`.
+
+    `closed` (only with `CLOSING_INITIAL_CAPABILITY`): the cell closed before this response
+    went out, and this frame stands for its `cell/closed` too (none follows); `report` is then
+    what `cell/closed` would have carried (`TRACE_CAPABILITY`)."""
 
     result: Ok[RuntimeResponse | Pending] | Err
+    closed: bool = False
+    report: CellReport | None = None
 
 
 # ---- reverse calls -----------------------------------------------------------------------
