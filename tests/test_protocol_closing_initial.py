@@ -15,6 +15,7 @@ from codemode.protocol import (
     LIMITS_CAPABILITY,
     TRACE_CAPABILITY,
     Answered,
+    CellClosed,
     CellEnded,
     Err,
     ErrorKind,
@@ -153,4 +154,16 @@ def test_a_closing_initial_response_the_client_did_not_negotiate_breaks_the_conn
     frame = InitialResponse(id=rid, result=Ok(value=DONE), closed=True)
     pair.client.receive_data(FrameEncoder().encode(frame))
     with pytest.raises(RemoteProtocolError, match="without the `closing-initial-response`"):
+        pair.client.next_event()
+
+
+def test_a_closing_initial_response_of_a_closed_cell_breaks_the_connection() -> None:
+    pair = opened()
+    rid = start(pair)
+    encoder = FrameEncoder()
+    pair.client.receive_data(encoder.encode(CellClosed(session_id="s", cell_id="1")))
+    assert pair.client.next_event() == CellEnded(session_id="s", cell_id="1")
+    frame = InitialResponse(id=rid, result=Ok(value=DONE), closed=True)
+    pair.client.receive_data(encoder.encode(frame))
+    with pytest.raises(RemoteProtocolError, match=f"closed no live cell .* of {rid}$"):
         pair.client.next_event()

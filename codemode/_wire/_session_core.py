@@ -129,9 +129,11 @@ class SessionCore:
         cell_id = binding.public_id(wire_id)
         if self._token is None:
             self._token = trio.lowlevel.current_trio_token()
+        # An untraced cell's observation goes straight to the link: one coroutine fewer.
+        take = self._take_initial_response if traced is None else self._initial_response
         return StartedCell._create(
             cell_id,
-            partial(self._initial_response, binding, request_id, cell_id),
+            partial(take, binding, request_id, cell_id),
             partial(binding.link.release_initial, request_id),
             self._dropped,
             session_id=binding.session_id,
@@ -169,6 +171,7 @@ class SessionCore:
     async def _initial_response(
         self, binding: Binding, request_id: int, cell_id: str
     ) -> RuntimeResponse:
+        """A traced cell's initial observation, in its span while the trace lasts."""
         if self._provider.closed:
             raise ProviderClosedError()  # rule 3, as in-process
         traced = self._traces.get(cell_id)
@@ -182,6 +185,8 @@ class SessionCore:
     async def _take_initial_response(
         self, binding: Binding, request_id: int, cell_id: str
     ) -> RuntimeResponse:
+        if self._provider.closed:
+            raise ProviderClosedError()  # rule 3, as in-process
         try:
             result = await binding.link.initial_response(request_id, binding.session_id)
         except LocalProtocolError:

@@ -230,7 +230,8 @@ class CellBook:
         self._answered(observation, outcome)
         return True
 
-    def initial_answered(self, request_id: int, result: InitialResult) -> None:
+    def initial_answered(self, request_id: int, result: InitialResult) -> CellView | None:
+        """The initial response of execute `request_id`; the view of its cell."""
         observation = self.observations.get(request_id)
         if observation is None or not observation.initial or observation.answered:
             raise RemoteProtocolError(
@@ -239,7 +240,7 @@ class CellBook:
         observation.answered = True
         if not isinstance(result, Ok):  # the common class first: see `_PENDING`
             self._answered(observation, result)
-            return
+            return observation.view
         response = result.value
         if response.cell_id != observation.cell_id:
             raise RemoteProtocolError(
@@ -248,6 +249,7 @@ class CellBook:
             )
         _check_kind(observation, response)
         self._answered(observation, LiveCell(response=response))
+        return observation.view
 
     def held_initials(self) -> dict[int, InitialResult]:
         """The initial responses that arrived and wait for their `StartedCell` to take them."""

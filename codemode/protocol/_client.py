@@ -460,13 +460,18 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
                 "code-mode host closed a cell in its initial response without the"
                 f" `{CLOSING_INITIAL_CAPABILITY}` capability"
             )
-        observation = self._cells.observations.get(message.id)
-        self._cells.initial_answered(message.id, message.result)
-        assert observation is not None  # else `initial_answered` raised
-        self._on_cell_closed(observation.session_id, observation.cell_id, message.report)
+        view = self._cells.initial_answered(message.id, message.result)
+        if view is None or view.closed or view.session_id not in self._sessions:
+            raise RemoteProtocolError(
+                f"code-mode host closed no live cell with the initial response of {message.id}"
+            )
+        self._close_view(view, message.report)
 
     def _on_cell_closed(self, session_id: str, cell_id: str, report: CellReport | None) -> None:
-        view = self._live_view(session_id, cell_id, "closed")
+        self._close_view(self._live_view(session_id, cell_id, "closed"), report)
+
+    def _close_view(self, view: CellView, report: CellReport | None) -> None:
+        session_id, cell_id = view.session_id, view.cell_id
         view.closed = True
         self._calls.cell_closed(view)
         self._events.append(CellEnded(session_id=session_id, cell_id=cell_id, report=report))

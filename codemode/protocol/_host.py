@@ -222,7 +222,7 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
         `cell/closed` if the cell already closed."""
         if self._failed:
             self._check_not_failed()
-        route = next((r for r in self._routes_of_request(request_id)), None)
+        route = self._route_of_execute(request_id)
         if route is None or route.initial_sent:
             raise LocalProtocolError(f"code-mode execute {request_id} has no initial response due")
         # A cell that closed already is closed by this frame (no `cell/closed` follows) when
@@ -464,13 +464,15 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
         self._routes_of[session_id].add(route)
         self._send_response(request_id, Ok(value=ExecutionStarted(cell_id=cell_id)))
 
-    def _routes_of_request(self, request_id: int) -> list[Route]:
+    def _route_of_execute(self, request_id: int) -> Route | None:
+        """The route of the cell that active execute `request_id` started, or None."""
         request = self._active.get(request_id)
         if not isinstance(request, Execute):
-            return []
-        return [
-            r for r in self._routes_of.get(request.session_id, ()) if r.execute_id == request_id
-        ]
+            return None
+        for route in self._routes_of.get(request.session_id, ()):
+            if route.execute_id == request_id:
+                return route
+        return None
 
     def _close_route(self, route: Route) -> None:
         closed = CellClosed(session_id=route.session_id, cell_id=route.cell_id, report=route.report)
