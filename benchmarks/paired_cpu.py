@@ -7,7 +7,9 @@ machine: six runs of one build gave ratios from 0.93x to 1.66x. Here each window
 provider sits between two of the thin host, both run the same cells (`throughput_bench.CELL`),
 and the figure is the median of the ratios of each process window to the mean of the thin-host
 windows on either side of it. The components (client trio, host trio, engine workers) are
-printed as medians of the same windows.
+printed as medians of the same windows, and so are the cells each side ran a second: both keep
+the machine's two cores busy, so a window whose CPU a cell is higher is one that ran fewer
+cells, and the throughput shows whether a high ratio is the whole window running slower.
 
 Run: `python -m benchmarks.paired_cpu [--pairs 20] [--window 0.5] [--sessions 64]` (from the
 repository's root; about `2 * pairs * window` seconds and the warm-up).
@@ -34,12 +36,14 @@ keys (prefixed by the side)."""
 
 
 class Window:
-    """One measured window: CPU microseconds a cell, in total and per component."""
+    """One measured window: CPU microseconds a cell, in total and per component, and the
+    cells it ran a second."""
 
-    def __init__(self, cells: int, cpu: dict[str, float]) -> None:
+    def __init__(self, cells: int, cpu: dict[str, float], seconds: float) -> None:
         if cells == 0:
             raise RuntimeError("no cell finished in a window: make the window longer")
         self.total = sum(cpu.values()) / cells
+        self.rate = cells / seconds
         self.parts = {
             name: sum(used for key, used in cpu.items() if key.startswith(prefix)) / cells
             for name, prefix in COMPONENTS.items()
@@ -48,13 +52,13 @@ class Window:
 
 async def _window(runners: list[CellRunner], host: int, seconds: float) -> Window:
     before = _samples(host)
-    cells, _ = await _drive(runners, seconds)
+    cells, elapsed = await _drive(runners, seconds)
     after = _samples(host)
     cpu = {}
     for side, start in before.items():
         for component, used in _proc.cpu_by_component(start, after[side]).items():
             cpu[f"{side} {component}"] = used
-    return Window(cells, cpu)
+    return Window(cells, cpu, elapsed)
 
 
 async def measure(pairs: int, window: float, sessions: int) -> list[tuple[Window, Window]]:
@@ -86,20 +90,26 @@ async def measure(pairs: int, window: float, sessions: int) -> list[tuple[Window
 def _mean(first: Window, second: Window) -> Window:
     mean = Window.__new__(Window)
     mean.total = (first.total + second.total) / 2
+    mean.rate = (first.rate + second.rate) / 2
     mean.parts = {name: (first.parts[name] + second.parts[name]) / 2 for name in first.parts}
     return mean
 
 
 def render(measured: Sequence[tuple[Window, Window]]) -> str:
     """Each pair, then the medians: the process provider's CPU a cell over the thin host's."""
-    lines = [f"{'pair':>4}  {'process':>8}  {'thin':>8}  {'ratio':>6}  components (process / thin)"]
+    lines = [
+        f"{'pair':>4}  {'process':>8}  {'thin':>8}  {'ratio':>6}  {'cells/s':>11}"
+        "  components (process / thin)"
+    ]
     for number, (process, thin) in enumerate(measured, 1):
         parts = ", ".join(
             f"{name} {process.parts[name]:.1f} / {thin.parts[name]:.1f}" for name in COMPONENTS
         )
         ratio = process.total / thin.total
+        rates = f"{process.rate:>5.0f}/{thin.rate:<5.0f}"
         lines.append(
-            f"{number:>4}  {process.total:>8.1f}  {thin.total:>8.1f}  {ratio:>5.3f}x  {parts}"
+            f"{number:>4}  {process.total:>8.1f}  {thin.total:>8.1f}  {ratio:>5.3f}x  {rates}"
+            f"  {parts}"
         )
     ratios = [process.total / thin.total for process, thin in measured]
     medians = ", ".join(
@@ -109,9 +119,12 @@ def render(measured: Sequence[tuple[Window, Window]]) -> str:
     )
     process_cpu = statistics.median(process.total for process, _ in measured)
     thin_cpu = statistics.median(thin.total for _, thin in measured)
+    process_rate = statistics.median(process.rate for process, _ in measured)
+    thin_rate = statistics.median(thin.rate for _, thin in measured)
     lines.append(
         f"median ratio {statistics.median(ratios):.3f}x (min {min(ratios):.3f}x,"
-        f" max {max(ratios):.3f}x); CPU us a cell {process_cpu:.1f} / {thin_cpu:.1f}; {medians}"
+        f" max {max(ratios):.3f}x); CPU us a cell {process_cpu:.1f} / {thin_cpu:.1f};"
+        f" cells a second {process_rate:.0f} / {thin_rate:.0f}; {medians}"
     )
     return "\n".join(lines)
 

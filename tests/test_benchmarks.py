@@ -188,11 +188,15 @@ async def test_the_paired_cpu_benchmark_alternates_and_renders_its_ratios() -> N
     for process, thin in measured:
         assert process.total > 0
         assert thin.total > 0
+        assert process.rate > 0
+        assert thin.rate > 0
         assert set(process.parts) == set(thin.parts) == set(paired_cpu.COMPONENTS)
         # The components are parts of the total (the rest: other and exited threads).
         assert sum(process.parts.values()) <= process.total * 1.0001
     lines = paired_cpu.render(measured).splitlines()
     assert len(lines) == 4
     assert lines[-1].startswith("median ratio ")
+    assert " cells a second " in lines[-1]
+    assert f"{measured[0][0].rate:>5.0f}/" in lines[1]
     ratio = measured[0][0].total / measured[0][1].total
     assert f"{ratio:.3f}x" in lines[1]
