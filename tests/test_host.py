@@ -32,6 +32,7 @@ from codemode import (
 )
 from codemode.process._host_process import PIPE_BYTES, spawn_host
 from codemode.protocol import (
+    CLOSING_INITIAL_CAPABILITY,
     LIMITS_CAPABILITY,
     MAX_FRAME_BYTES,
     CellClosed,
@@ -389,6 +390,27 @@ async def test_cell_closed_is_never_sent_before_the_initial_response() -> None:
         ]
 
 
+async def test_a_cell_closed_at_its_initial_response_is_closed_by_it() -> None:
+    # With `closing-initial-response`, the frame that ends most cells is one, not two.
+    request = ExecuteRequest(tool_call_id="c", source='text("quick")')
+    hello = Hello(supported_versions=[1], optional_capabilities=[CLOSING_INITIAL_CAPABILITY])
+    async with raw_host() as client:
+        ready = await handshake(client, hello)
+        assert ready.capabilities == [CLOSING_INITIAL_CAPABILITY]
+        await client.request(1, OpenSession(session_id="s"))
+        await client.send(OperationRequest(id=2, request=Execute(session_id="s", request=request)))
+        started = await client.receive()
+        assert isinstance(started, OperationResponse)
+        initial = await client.receive()
+        assert isinstance(initial, InitialResponse)
+        assert initial.closed
+        assert isinstance(initial.result, Ok)
+        assert isinstance(initial.result.value, Completed)
+        # Nothing else is owed: the session closes at once.
+        closed = await client.request(3, ShutdownSession(session_id="s"))
+        assert closed.result == Ok(value=SessionClosed(session_id="s"))
+
+
 async def test_a_wait_read_with_a_later_terminate_observes_the_termination() -> None:
     # Both requests arrive in one read: the wait, sent first, attaches before the terminate
     # takes effect, whatever order the host's scheduler runs their tasks in (ten cells: a
@@ -663,6 +685,21 @@ async def test_a_host_stuck_in_shutdown_is_killed_after_the_shutdown_timeout() -
     # The kill failed the session's shutdown, and its live cell was closed all the same.
     assert delegate.closed == ["1"]
     assert _gone(host.pid)
+
+
+async def test_the_host_has_a_process_group_of_its_own_in_the_callers_session() -> None:
+    # Ctrl-C in a terminal signals the application's process group, not the host's; and in
+    # the application's session, the host shares its scheduling group (autogroup).
+    with trio.fail_after(30):
+        process = await spawn_host([sys.executable, "-c", "import sys; sys.stdin.read()"])
+        assert os.getpgid(process.pid) == process.pid != os.getpgid(0)
+        assert os.getsid(process.pid) == os.getsid(0)
+        assert process.stdin is not None
+        await process.stdin.aclose()
+        assert await process.wait() == 0
+        for pipe in (process.stdout, process.stderr):
+            assert pipe is not None
+            await pipe.aclose()
 
 
 async def test_the_host_pipes_have_a_megabyte_of_room() -> None:

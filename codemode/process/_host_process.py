@@ -1,12 +1,12 @@
 """Starting the host program: its command line, the child process, and its stderr.
 
 The child gets piped stdin, stdout and stderr (stdin and stdout with a megabyte of room each,
-where the system allows) and its own session (so terminal signals to the
-application's process group do not reach it). Its stderr is read from the moment it is spawned
-(a host that writes more than a pipe's worth before the handshake must not block): each line is
-logged to the `codemode.host` logger, and the last lines are kept so that a host that fails to
-start, or dies, can say why. `SpawnedHost` is the `HostTransport` of a spawned host: the
-process's pipes, its supervision, and its reaping.
+where the system allows) and its own process group (so terminal signals to the application's
+process group do not reach it), in the application's session. Its stderr is read from the
+moment it is spawned (a host that writes more than a pipe's worth before the handshake must not
+block): each line is logged to the `codemode.host` logger, and the last lines are kept so that
+a host that fails to start, or dies, can say why. `SpawnedHost` is the `HostTransport` of a
+spawned host: the process's pipes, its supervision, and its reaping.
 """
 
 from __future__ import annotations
@@ -50,7 +50,12 @@ async def spawn_host(command: Sequence[str]) -> trio.Process:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            start_new_session=True,
+            # Not a session of its own: under the kernel's autogroup scheduling each session
+            # is a scheduling group, and a host in its own competed with the application as a
+            # whole, which made its engine workers preempted more often and a cell's CPU vary
+            # by a fifth between seconds at 64 sessions (docs/benchmarks.md, "One frame fewer
+            # a cell, and the host's scheduling group").
+            process_group=0,
             # The host dies with this process (it watches it through a pidfd).
             env={**os.environ, PARENT_VARIABLE: str(os.getpid())},
         )
