@@ -13,6 +13,7 @@ from codemode.observability._report import CellReport
 from codemode.protocol import (
     CLOSING_INITIAL_CAPABILITY,
     LIMITS_CAPABILITY,
+    MAX_FRAME_BYTES,
     TRACE_CAPABILITY,
     Answered,
     CellClosed,
@@ -93,17 +94,38 @@ def test_the_closing_initial_response_carries_the_report_of_a_traced_cell() -> N
     assert events[-1] == CellEnded(session_id="s", cell_id="1", report=report)
 
 
+def assert_closed_apart(pair: Pair, initial: InitialResponse) -> None:
+    """The host sent `initial`, then `cell/closed` in a frame of its own, and the client saw
+    the cell end."""
+    events = pair.to_client()
+    kinds = [type(frame).__name__ for frame in pair.host_frames[-2:]]
+    assert kinds == ["InitialResponse", "CellClosed"]
+    assert pair.host_frames[-2] == initial
+    assert events[-1] == CellEnded(session_id="s", cell_id="1")
+
+
+def test_an_initial_response_over_the_frame_limit_still_closes_its_cell() -> None:
+    pair = opened((*CLOSING, TRACE_CAPABILITY))
+    rid = start(pair)
+    report = CellReport(outcome="completed", admitted_ns=1)
+    pair.host.cell_closed("s", "1", report)
+    huge = Completed(cell_id="1", content_items=[InputText(text="x" * MAX_FRAME_BYTES)])
+    pair.host.respond_initial(rid, Ok(value=huge))
+    events = pair.to_client()
+    (frame,) = [f for f in pair.host_frames if isinstance(f, InitialResponse)]
+    assert isinstance(frame.result, Err)
+    assert frame.result.kind is ErrorKind.FRAME_LIMIT
+    assert (frame.closed, frame.report) == (True, report)
+    assert events[-1] == CellEnded(session_id="s", cell_id="1", report=report)
+
+
 def test_a_cell_open_at_its_initial_response_still_gets_cell_closed() -> None:
     pair = opened()
     rid = start(pair)
     yielded = Yielded(cell_id="1", content_items=[])
     pair.host.respond_initial(rid, Ok(value=yielded))
     pair.host.cell_closed("s", "1")
-    events = pair.to_client()
-    kinds = [type(frame).__name__ for frame in pair.host_frames[-2:]]
-    assert kinds == ["InitialResponse", "CellClosed"]
-    assert pair.host_frames[-2] == InitialResponse(id=rid, result=Ok(value=yielded))
-    assert events[-1] == CellEnded(session_id="s", cell_id="1")
+    assert_closed_apart(pair, InitialResponse(id=rid, result=Ok(value=yielded)))
 
 
 def test_a_cancelled_execute_closes_its_cell_with_the_error() -> None:
@@ -141,11 +163,7 @@ def test_a_host_without_the_capability_sends_cell_closed_apart() -> None:
     rid = start(pair)
     pair.host.cell_closed("s", "1")
     pair.host.respond_initial(rid, Ok(value=DONE))
-    events = pair.to_client()
-    kinds = [type(frame).__name__ for frame in pair.host_frames[-2:]]
-    assert kinds == ["InitialResponse", "CellClosed"]
-    assert pair.host_frames[-2] == InitialResponse(id=rid, result=Ok(value=DONE))
-    assert events[-1] == CellEnded(session_id="s", cell_id="1")
+    assert_closed_apart(pair, InitialResponse(id=rid, result=Ok(value=DONE)))
 
 
 def test_a_closing_initial_response_the_client_did_not_negotiate_breaks_the_connection() -> None:

@@ -16,10 +16,10 @@ from typing import Final
 
 from .._api import LiveCell, Pending, RuntimeResponse, WaitOutcome, WaitRequest, Yielded
 from ..errors import ErrorKind
-from ..observability._report import TraceContext
+from ..observability._report import CellReport, TraceContext
 from ._cellview import CellView, Observation, ObservationResult, Phase, Trigger
 from ._errors import LocalProtocolError, RemoteProtocolError
-from ._events import Answered, InitialAnswered
+from ._events import Answered, CellEnded, InitialAnswered
 from ._messages import (
     Err,
     HostResponse,
@@ -250,6 +250,25 @@ class CellBook:
         _check_kind(observation, response)
         self._answered(observation, LiveCell(response=response))
         return observation.view
+
+    def initial_closing(self, request_id: int, result: InitialResult) -> CellView:
+        """An initial response that closes its cell too (`closing-initial-response`): answered
+        as by `initial_answered`; the view of the live cell it closes."""
+        view = self.initial_answered(request_id, result)
+        if view is None or self.live(view.session_id, view.cell_id) is not view:
+            raise RemoteProtocolError(
+                f"code-mode host closed no live cell with the initial response of {request_id}"
+            )
+        return view
+
+    def close(self, view: CellView, report: CellReport | None) -> None:
+        """The host closed the cell (its reverse calls were dropped first): its end is an
+        event, and its view goes once nothing about it is pending."""
+        view.closed = True
+        self._events.append(
+            CellEnded(session_id=view.session_id, cell_id=view.cell_id, report=report)
+        )
+        self.forget_if_done(view)
 
     def held_initials(self) -> dict[int, InitialResult]:
         """The initial responses that arrived and wait for their `StartedCell` to take them."""

@@ -62,7 +62,6 @@ from ._connection_messages import (
 from ._endpoint import Endpoint
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._events import (
-    CellEnded,
     ClientEvent,
     ClientStatistics,
     ConnectionResumed,
@@ -460,22 +459,14 @@ class ClientConnection(Endpoint[HostMessage, ClientEvent]):
                 "code-mode host closed a cell in its initial response without the"
                 f" `{CLOSING_INITIAL_CAPABILITY}` capability"
             )
-        view = self._cells.initial_answered(message.id, message.result)
-        if view is None or view.closed or view.session_id not in self._sessions:
-            raise RemoteProtocolError(
-                f"code-mode host closed no live cell with the initial response of {message.id}"
-            )
-        self._close_view(view, message.report)
+        self._close_view(self._cells.initial_closing(message.id, message.result), message.report)
 
     def _on_cell_closed(self, session_id: str, cell_id: str, report: CellReport | None) -> None:
         self._close_view(self._live_view(session_id, cell_id, "closed"), report)
 
     def _close_view(self, view: CellView, report: CellReport | None) -> None:
-        session_id, cell_id = view.session_id, view.cell_id
-        view.closed = True
         self._calls.cell_closed(view)
-        self._events.append(CellEnded(session_id=session_id, cell_id=cell_id, report=report))
-        self._cells.forget_if_done(view)
+        self._cells.close(view, report)
 
     def _live_view(self, session_id: str, cell_id: str, what: str) -> CellView:
         """The view of a live cell the host names, or a `RemoteProtocolError`."""

@@ -48,6 +48,8 @@ import secrets
 from collections.abc import Iterable
 from typing import Final
 
+import msgspec
+
 from .._api import AdmissionLimits, Pending, RuntimeResponse
 from ..errors import TOO_MANY_REQUESTS, ErrorKind
 from ..observability._report import CellReport
@@ -121,7 +123,7 @@ from ._messages import (
 )
 from ._recent import RecentIds, RecentNumbers
 from ._refusals import invalid, refusal
-from ._routes import Route
+from ._routes import Route, started_by
 from ._salvage import salvage
 from ._states import ConnectionState, ConnectionTrigger, SessionBook, SessionTrigger
 
@@ -229,14 +231,12 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
         # the client can read it so: one frame fewer for most cells.
         closing = route.closed and CLOSING_INITIAL_CAPABILITY in self.capabilities
         report = route.report if closing else None
+        frame = InitialResponse(id=request_id, result=result, closed=closing, report=report)
         try:
-            self._queue(
-                InitialResponse(id=request_id, result=result, closed=closing, report=report)
-            )
+            self._queue(frame)
         except FrameTooLargeError as error:
             text = f"code-mode initial response exceeds the IPC frame limit: {error}"
-            failed = _err(ErrorKind.FRAME_LIMIT, text)
-            self._queue(InitialResponse(id=request_id, result=failed, closed=closing))
+            self._queue(msgspec.structs.replace(frame, result=_err(ErrorKind.FRAME_LIMIT, text)))
         route.initial_sent = True
         self._finish(request_id)
         if closing:
@@ -469,10 +469,7 @@ class HostConnection(Endpoint[ClientMessage, HostEvent]):
         request = self._active.get(request_id)
         if not isinstance(request, Execute):
             return None
-        for route in self._routes_of.get(request.session_id, ()):
-            if route.execute_id == request_id:
-                return route
-        return None
+        return started_by(self._routes_of.get(request.session_id, ()), request_id)
 
     def _close_route(self, route: Route) -> None:
         closed = CellClosed(session_id=route.session_id, cell_id=route.cell_id, report=route.report)

@@ -4,6 +4,8 @@ queued; no reverse call after `cell/closed`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ..observability._report import CellReport
 
 
@@ -28,3 +30,11 @@ class Route:
         self.closed = False
         self.calls: set[int] = set()
         self.report: CellReport | None = None  # sent with `cell/closed`
+
+
+def started_by(routes: Iterable[Route], execute_id: int) -> Route | None:
+    """The route, of `routes`, of the cell that execute `execute_id` started, or None."""
+    for route in routes:
+        if route.execute_id == execute_id:
+            return route
+    return None
